@@ -1,0 +1,47 @@
+"""``commbench`` command line: one sub-command per module in :data:`SUBCOMMANDS`.
+
+Each module exposes ``add_parser(subparsers)``, which registers its parser and sets
+``func(args) -> int``. Bad input raises :class:`suite.errors.UsageError` (or
+``ValueError`` from the pure code): one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from suite import __version__
+
+SUBCOMMANDS = [
+    "suite.driver",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="commbench",
+        description="Benchmarks for GPU collective communication (FAST, NVRAR, MPI/NCCL/RCCL).",
+    )
+    parser.add_argument("--version", action="version", version=f"commbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:  # UsageError is a ValueError
+        print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
