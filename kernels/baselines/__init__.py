@@ -1,0 +1,1 @@
+"""Baseline implementations: the MPI library, NCCL/RCCL, and textbook algorithms."""
