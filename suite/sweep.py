@@ -1,0 +1,125 @@
+"""``commbench sweep``: the local sweep behind ``make run``.
+
+Runs every implementation registered for the backend, for all-reduce and all-to-allv,
+each under its own ``mpiexec`` (one per implementation and workload, like nccl-tests'
+binaries), appending to one results file under ``--out-dir``. A failing implementation is
+reported and the sweep goes on; the exit status says whether all passed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels.registry import implementations
+from suite.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    collective: str
+    flags: tuple[str, ...]
+    workloads: tuple[str | None, ...] = (None,)
+
+
+#: What `make run` measures: the NVRAR paper's all-reduce range in bf16, and all-to-allv
+#: on balanced and skewed traffic. Small enough for 2 cores in a few minutes.
+LOCAL_SWEEP = (
+    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
+    SweepItem(
+        "alltoallv",
+        ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"),
+        ("uniform", "zipf:0.8"),
+    ),
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run every registered implementation locally (what `make run` does)",
+        description="Launch `commbench run` under mpiexec for each implementation of "
+        "allreduce and alltoallv on the chosen backend, writing one JSONL file.",
+    )
+    p.add_argument("--np", type=int, default=8, help="MPI ranks (default 8)")
+    p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--out-dir", default="results/local", help="a new run folder goes here")
+    p.add_argument(
+        "--mpiexec",
+        default=os.environ.get("MPIEXEC") or _default_mpiexec(),
+        help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
+    p.set_defaults(func=run_sweep)
+
+
+def _default_mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def launches(backend: str, np_: int, gpus_per_node: int, out: Path) -> list[list[str]]:
+    """The ``commbench run`` command lines of the sweep (without the launcher)."""
+    cmds = []
+    for item in LOCAL_SWEEP:
+        for spec in implementations(item.collective):
+            if backend not in spec.backends:
+                continue
+            for workload in item.workloads:
+                cmd = [
+                    sys.executable, "-m", "suite", "run", item.collective,
+                    "--impl", spec.name, "--backend", backend,
+                    "--gpus-per-node", str(gpus_per_node), *item.flags,
+                    "--out", str(out),
+                ]  # fmt: skip
+                if workload:
+                    cmd += ["--workload", workload]
+                cmds.append(cmd)
+    return cmds
+
+
+def run_sweep(args) -> int:
+    if args.np < 1 or args.np % args.gpus_per_node:
+        raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    folder = Path(args.out_dir) / stamp
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "results.jsonl"
+    launcher = shlex.split(args.mpiexec)
+    oversubscribe = ["--oversubscribe"] if _is_open_mpi(launcher[0]) else []
+    env = dict(os.environ, COMMBENCH_RUN_ID=stamp, PYTHONUNBUFFERED="1")
+    failed = []
+    started = time.perf_counter()
+    for cmd in launches(args.backend, args.np, args.gpus_per_node, out):
+        full = [*launcher, *oversubscribe, "-n", str(args.np), *cmd]
+        label = " ".join(cmd[3:cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
+        print(f"\n=== {label}", flush=True)
+        try:
+            rc = subprocess.run(full, env=env, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            failed.append(f"{label} (exit {rc})")
+    print(f"\n# sweep: {time.perf_counter() - started:.0f} s; results in {out}")
+    if failed:
+        print("# FAILED: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _is_open_mpi(launcher: str) -> bool:
+    try:
+        text = subprocess.run(
+            [launcher, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text

@@ -1,0 +1,154 @@
+"""``commbench run`` under mpiexec: every implementation against MPI's answer, records,
+--resume, failures on one rank, the watchdog, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from kernels.registry import implementations
+from tests.mpirun import ROOT, mpi_env, run_mpi
+
+RECORD_FIELDS = {
+    "run_id", "timestamp", "git_sha", "system", "hostnames", "nodes", "gpus_per_node",
+    "nranks", "backend", "collective", "impl", "params", "dtype", "size_bytes", "count",
+    "metric_bytes", "workload", "seed", "timing_mode", "iters", "warmup", "time_us_min",
+    "time_us_avg", "time_us_max", "time_us_p50", "time_us_p99", "algbw_GBps", "busbw_GBps",
+    "busbw_factor", "nwrong", "versions", "env", "rank_time_us", "rank_finish_us",
+    "modelled", "raw_file",
+}  # fmt: skip
+
+
+def commbench(nranks: int, *args: str, timeout: float = 120, **kw):
+    return run_mpi(nranks, ["-m", "suite", "run", *args], timeout=timeout, **kw)
+
+
+def records(path) -> pd.DataFrame:
+    return pd.read_json(path, lines=True)
+
+
+def cpu_impls(collective: str) -> list[str]:
+    return [s.name for s in implementations(collective) if "cpu" in s.backends]
+
+
+@pytest.mark.parametrize("impl", cpu_impls("allreduce"))
+def test_allreduce_implementations_match_mpi(tmp_path, impl):
+    out = tmp_path / "r.jsonl"
+    for dtype, sizes in (
+        ("int32", ("-b", "4", "-e", "36", "-i", "16")),
+        ("bf16", ("-b", "2", "-e", "128K", "-f", "16")),
+    ):
+        proc = commbench(8, "allreduce", "--impl", impl, "--gpus-per-node", "4", "-d", dtype,
+                         *sizes, "-n", "2", "-w", "1", "--out", str(out))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    df = records(out)
+    assert len(df) == 3 + 5 and (df.nwrong == 0).all()
+    assert set(df["count"]) >= {1, 5, 9}
+
+
+@pytest.mark.parametrize("impl", cpu_impls("alltoallv"))
+def test_alltoallv_implementations_byte_exact(tmp_path, impl):
+    out = tmp_path / "r.jsonl"
+    proc = commbench(8, "alltoallv", "--impl", impl, "--gpus-per-node", "4", "-b", "1000",
+                     "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--workload",
+                     "random@3", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = records(out)
+    assert len(df) == 3 and (df.nwrong == 0).all()
+
+
+def test_fanout_done_when_command_and_record_schema(tmp_path):
+    """The issue's 'done when' command: one record per size, nwrong 0, full schema."""
+    out = tmp_path / "F.jsonl"
+    proc = commbench(8, "alltoallv", "--impl", "fanout", "--gpus-per-node", "4", "-b", "1K",
+                     "-e", "1M", "-c", "1", "--workload", "random", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = records(out)
+    assert list(df.size_bytes) == [1024 << k for k in range(11)]
+    assert (df.nwrong == 0).all()
+    assert RECORD_FIELDS <= set(df.columns)
+    row = df.iloc[0]
+    assert (row.nodes, row.gpus_per_node, row.nranks) == (2, 4, 8)
+    assert len(row.rank_time_us) == 8 and len(row.rank_finish_us) == 8
+    assert row.time_us_min <= row.time_us_avg <= row.time_us_max
+    assert row.time_us == pytest.approx(row.time_us_max)  # -a 3 is alltoallv's default
+    assert row.busbw_GBps == pytest.approx(row.algbw_GBps * 7 / 8)
+    assert row.algbw_GBps == pytest.approx(row.metric_bytes / (row.time_us * 1e3))
+    raw = [json.loads(x) for x in (tmp_path / "F.raw.jsonl").read_text().splitlines()]
+    assert len(raw) == 11 and len(raw[0]["rank_time_us"]) == 8
+    assert "Avg bus bandwidth" in proc.stdout and "#wrong" in proc.stdout
+
+
+def test_latency_mode_keeps_samples(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = commbench(4, "allreduce", "--impl", "mpi", "-b", "1K", "-e", "1K", "-n", "7",
+                     "--timing", "latency", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    raw = json.loads((tmp_path / "r.raw.jsonl").read_text())
+    assert len(raw["samples_us"]) == 4 and len(raw["samples_us"][0]) == 7
+
+
+def test_resume_skips_finished_points(tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = ["allreduce", "--impl", "mpi", "-n", "2", "-w", "1", "--out", str(out)]
+    assert commbench(2, *args, "-b", "1K", "-e", "4K").returncode == 0
+    proc = commbench(2, *args, "-b", "1K", "-e", "16K", "--resume")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("skipped (--resume)") == 3
+    df = records(out)
+    assert sorted(df.size_bytes) == [1024, 2048, 4096, 8192, 16384]
+
+
+def test_error_on_one_rank_aborts_job_and_keeps_records(tmp_path):
+    out = tmp_path / "r.jsonl"
+    script = str(ROOT / "tests/scripts/faulty_impls.py")
+    t0 = time.monotonic()
+    proc = run_mpi(4, [script, "run", "allreduce", "--impl", "test-raise", "-b", "1K",
+                       "-e", "16K", "-n", "2", "--out", str(out)], timeout=60)  # fmt: skip
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode != 0
+    assert "rank 1: error: RuntimeError: injected failure on rank 1" in proc.stderr
+    df = records(out)  # the two points before the failure, intact
+    assert list(df.size_bytes) == [1024, 2048] and (df.nwrong == 0).all()
+
+
+def test_watchdog_turns_a_hang_into_an_abort(tmp_path):
+    script = str(ROOT / "tests/scripts/faulty_impls.py")
+    t0 = time.monotonic()
+    proc = run_mpi(2, [script, "run", "allreduce", "--impl", "test-hang", "-b", "1K",
+                       "-e", "1K", "--watchdog", "3"], timeout=60)  # fmt: skip
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode != 0
+    assert "watchdog: allreduce --impl test-hang at size 1024 made no progress" in proc.stderr
+
+
+BAD_INPUT = [
+    (["foo", "--impl", "mpi"], "unknown collective"),
+    (["allreduce", "--impl", "nope"], "unknown implementation"),
+    (["allreduce", "--impl", "mpi", "--backend", "tpu"], "unknown backend"),
+    (["allreduce", "--impl", "mpi", "-b", "1M", "-e", "1K"], "larger than"),
+    (["allreduce", "--impl", "mpi", "-b", "6", "-e", "6"], "not a multiple"),
+    (["allreduce", "--impl", "mpi", "--gpus-per-node", "3", "-b", "8", "-e", "8"], "does not divide"),
+    (["allreduce", "--impl", "mpi", "--backend", "cuda"], "cannot run here"),
+    (["alltoallv", "--impl", "fanout", "--workload", "zipf:x"], "zipf"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "run", *args, "--out", str(out)],
+        env=mpi_env(), cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if "cuda" in args and "cannot run here" not in proc.stderr:
+        pytest.skip("a GPU backend is usable on this machine")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not out.exists()
