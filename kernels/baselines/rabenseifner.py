@@ -1,0 +1,70 @@
+"""Rabenseifner's all-reduce: recursive-halving reduce-scatter, recursive-doubling
+all-gather; non-powers of two fold the extra ranks in first and out last."""
+
+from __future__ import annotations
+
+from kernels.baselines._allreduce import FlatAllreduce, block_bounds, span
+from kernels.cases import AllreduceCase
+from kernels.nvrar.reduce import reduce_into
+from kernels.nvrar.schedule import pow2_floor
+from kernels.registry import register
+
+
+@register("allreduce", "rabenseifner")
+class RabenseifnerAllreduce(FlatAllreduce):
+    """Rabenseifner: reduce-scatter by recursive halving + all-gather by recursive doubling."""
+
+    def setup(self, case: AllreduceCase) -> None:
+        super().setup(case)
+        self.p2 = pow2_floor(self.size)
+        self.bounds = block_bounds(case.count, self.p2)
+
+    def run(self, case: AllreduceCase) -> None:
+        t, xp, r, p2 = self.t, self.t.xp, self.rank, self.p2
+        acc, tmp, op, dt = case.recv, self.tmp, case.op, self.dtype
+        t.copy(acc, case.send)
+        extra = self.size - p2
+        if case.count == 0:
+            return
+        if r >= p2:  # fold in, wait for the result
+            t.exchange([(r - p2, acc)], [])
+            t.exchange([], [(r - p2, acc)])
+            return
+        if r < extra:
+            t.exchange([], [(r + p2, tmp)])
+            reduce_into(xp, acc, acc, tmp, op, dt)
+        b = self.bounds
+        lo, hi = 0, p2
+        d = p2 // 2
+        while d >= 1:  # halving: keep the half of the window our bit d selects
+            partner, mid = r ^ d, (lo + hi) // 2
+            keep, give = ((lo, mid), (mid, hi)) if r & d == 0 else ((mid, hi), (lo, mid))
+            k0, k1 = span(b, *keep)
+            g0, g1 = span(b, *give)
+            t.exchange(
+                [(partner, acc[g0:g1])] if g1 > g0 else [],
+                [(partner, tmp[: k1 - k0])] if k1 > k0 else [],
+            )
+            if k1 > k0:
+                reduce_into(xp, acc[k0:k1], acc[k0:k1], tmp[: k1 - k0], op, dt)
+            lo, hi = keep
+            d //= 2
+        d = 1
+        while d < p2:  # doubling: swap windows with the partner, merging them
+            partner = r ^ d
+            plo, phi = (lo + d, hi + d) if r & d == 0 else (lo - d, hi - d)
+            m0, m1 = span(b, lo, hi)
+            q0, q1 = span(b, plo, phi)
+            t.exchange(
+                [(partner, acc[m0:m1])] if m1 > m0 else [],
+                [(partner, acc[q0:q1])] if q1 > q0 else [],
+            )
+            lo, hi = min(lo, plo), max(hi, phi)
+            d *= 2
+        if r < extra:
+            t.exchange([(r + p2, acc)], [])
+
+    def info(self) -> dict:
+        log = self.p2.bit_length() - 1
+        folds = 2 if self.size > self.p2 else 0
+        return {"algorithm": "rabenseifner", "steps": 2 * log + folds}

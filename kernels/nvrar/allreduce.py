@@ -1,0 +1,142 @@
+"""The registered ``nvrar`` all-reduce: the hierarchy around the inter-node LL8 step."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from kernels.cases import AllreduceCase
+from kernels.nvrar import cells
+from kernels.nvrar.reduce import check_dtype, check_op
+from kernels.nvrar.schedule import doubling_steps, padded_count, step_count
+from kernels.nvrar.tuning import Tuning, load_table, with_overrides
+from kernels.registry import register
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_POLL_SLEEP_US = 20.0
+
+
+def parse_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Typed NVRAR params from ``--param key=value`` strings; unknown keys are an error."""
+    known = {
+        "timeout_s": float,
+        "chunk_bytes": int,
+        "blocks": int,
+        "threads": int,
+        "poll_sleep_us": float,
+    }
+    out: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        if key not in known:
+            raise ValueError(f"unknown nvrar parameter {key!r} (known: {', '.join(sorted(known))})")
+        try:
+            out[key] = known[key](value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"nvrar parameter {key}={value!r} is not a {known[key].__name__}"
+            ) from None
+        if out[key] < 0 or (out[key] == 0 and key != "poll_sleep_us"):
+            raise ValueError(f"nvrar parameter {key} must be positive, got {value!r}")
+    out.setdefault("timeout_s", DEFAULT_TIMEOUT_S)
+    out.setdefault("poll_sleep_us", DEFAULT_POLL_SLEEP_US)
+    return out
+
+
+@register("allreduce", "nvrar", backends=("cpu", "cuda"))
+class Nvrar:
+    """NVRAR: intra-node reduce-scatter, inter-node LL8 recursive doubling, all-gather."""
+
+    def __init__(self, transport: Any, params: dict[str, Any] | None = None) -> None:
+        self.t = transport
+        self.topo = transport.topo
+        self.params = parse_params(params)
+        self.table = load_table(transport.name)
+        self.rail = None
+        self.tuning: Tuning | None = None
+        self._key: tuple | None = None
+
+    def _make_rail(self) -> Any:
+        topo = self.topo
+        g, local = topo.gpus_per_node, topo.local
+
+        def world_rank_of_node(node: int) -> int:
+            return node * g + local
+
+        if self.t.name == "cpu":
+            from kernels.nvrar.cpu import MpiRail
+
+            return MpiRail(
+                topo.rail_comm,
+                world_rank_of_node,
+                self.params["timeout_s"],
+                self.params["poll_sleep_us"] * 1e-6,
+            )
+        if self.t.name == "cuda":
+            from kernels.nvrar.cuda import NvshmemRail
+
+            return NvshmemRail(self.t, world_rank_of_node, self.params["timeout_s"])
+        raise ValueError(f"nvrar has no {self.t.name!r} backend (use cpu or cuda)")
+
+    def setup(self, case: AllreduceCase) -> None:
+        dtype = check_dtype(case.dtype)
+        check_op(case.op)
+        g, nodes = self.topo.gpus_per_node, self.topo.nodes
+        n = case.count
+        npad = padded_count(n, g)
+        seg = npad // g
+        key = (n, dtype, case.send.dtype)
+        self.tuning = with_overrides(self.table.lookup(seg * dtype.itemsize), self.params)
+        if self._key != key:
+            self._key = key
+            self.npad, self.seg = npad, seg
+            self.segbuf = self.t.empty(seg, case.send.dtype) if g > 1 else None
+            padded = g > 1 and npad != n
+            self.padsend = self.t.zeros(npad, case.send.dtype) if padded else None
+            self.padrecv = self.t.empty(npad, case.send.dtype) if padded else None
+        if nodes > 1 and n > 0:
+            if self.rail is None:
+                self.rail = self._make_rail()
+            self.rail.prepare(cells.cell_count(seg, dtype.itemsize))
+
+    def run(self, case: AllreduceCase) -> None:
+        n = case.count
+        if n == 0:
+            return
+        dtype = check_dtype(case.dtype)
+        g = self.topo.gpus_per_node
+        chunk = self.tuning.chunk_cells()
+        if g == 1:
+            if self.rail is not None:
+                self.rail.run(case.send, case.recv, dtype, case.op, chunk)
+            else:
+                self.t.copy(case.recv, case.send)
+            return
+        rs_in = case.send
+        if self.padsend is not None:
+            self.t.copy(self.padsend[:n], case.send)
+            rs_in = self.padsend
+        self.t.reduce_scatter(rs_in, self.segbuf, case.op, "node")
+        if self.rail is not None:
+            self.rail.run(self.segbuf, self.segbuf, dtype, case.op, chunk)
+        ag_out = case.recv if self.padrecv is None else self.padrecv
+        self.t.allgather(self.segbuf, ag_out, "node")
+        if self.padrecv is not None:
+            self.t.copy(case.recv, self.padrecv[:n])
+
+    def info(self) -> dict[str, Any]:
+        nodes = self.topo.nodes
+        steps = doubling_steps(nodes, self.topo.node)
+        return {
+            "algorithm": "nvrar (RS + LL8 recursive doubling + AG)",
+            "inter_node_steps": step_count(nodes),
+            "inter_node_sends": sum(s.send_to is not None for s in steps),
+            "tuning": None if self.tuning is None else asdict(self.tuning),
+            "timeout_s": self.params["timeout_s"],
+            "window_bytes": 0 if self.rail is None else self.rail.window_bytes(),
+        }
+
+    def close(self) -> None:
+        """Free the one-sided buffers (collective); optional, the process exit frees them too."""
+        if self.rail is not None:
+            self.rail.close()
+            self.rail = None

@@ -1,0 +1,207 @@
+"""NVRAR's inter-node step on the CPU: one-sided MPI puts of LL8 cells into an RMA window.
+
+One window per cell count, created once (collectively over the rail communicator: the
+ranks with this local index, one per node) and reused by every later call of that size
+without clearing: a receive region is ready when its cells carry this call's sequence
+flag. Passive target (``Lock_all``) for the window's lifetime; ``Put`` + ``Flush``
+to send; the receiver polls its own window memory with ``Win.Sync()`` in the loop (keeps
+the memory model honest on weakly ordered CPUs) and yields the core when nothing has
+arrived (8 ranks on 2 cores must not starve the sender); after ``YIELD_POLLS`` empty polls
+it sleeps ``poll_sleep_s`` between polls (param ``poll_sleep_us``, 0 = only yield), since
+on an oversubscribed machine a yield alone hands the core back to the poller too often.
+
+Credits: before sending in call t a rank waits until each receiver of its data has set the
+step's credit word (in the sender's window) to t-1, i.e. finished consuming call t-1;
+receivers set it at the end of their call. So a region is never overwritten while read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.nvrar import cells
+from kernels.nvrar.reduce import reduce_into, storage
+from kernels.nvrar.schedule import NvrarTimeout, Step, doubling_steps, timeout_message
+from kernels.nvrar.tuning import chunk_bounds
+
+#: Polls that only yield before a waiting receiver starts sleeping between polls.
+YIELD_POLLS = 20
+
+
+@dataclass
+class _Window:
+    win: object  # mpi4py.MPI.Win
+    words: np.ndarray  # the window memory as uint64
+    send: np.ndarray  # local send cells, one region per step
+    credit_src: np.ndarray  # origin buffers of credit puts, one per step
+    layout: cells.RailLayout
+    seq: int = 0
+
+
+class _Arrival:
+    """Has chunk ``[a, b)`` of a receive region arrived? Cheap gate on the last cell's flag,
+    then a scan that resumes from the first cell not yet seen ready."""
+
+    def __init__(self, region: np.ndarray, a: int, b: int, flag: int) -> None:
+        self.region, self.pos, self.end, self.flag = region, a, b, flag
+        self.last_flag = cells.flags(region[b - 1 : b])
+
+    def __call__(self) -> bool:
+        if int(self.last_flag[0]) != self.flag:
+            return False
+        self.pos += cells.ready_prefix(np, self.region[self.pos : self.end], self.flag)
+        return self.pos == self.end
+
+
+class MpiRail:
+    """Recursive doubling over the rail communicator with LL8 cells in an MPI RMA window."""
+
+    def __init__(
+        self,
+        rail_comm: object,
+        world_rank_of_node: Callable[[int], int],
+        timeout_s: float,
+        poll_sleep_s: float = 20e-6,
+    ) -> None:
+        self.comm = rail_comm
+        self.poll_sleep_s = poll_sleep_s
+        self.nodes = rail_comm.Get_size()
+        self.node = rail_comm.Get_rank()
+        self.world_rank_of_node = world_rank_of_node
+        self.timeout_s = float(timeout_s)
+        self.steps: list[Step] = doubling_steps(self.nodes, self.node)
+        self._windows: dict[int, _Window] = {}
+
+    # -- set-up (collective over the rail) ------------------------------------------------
+    def prepare(self, ncells: int) -> _Window:
+        """The window for ``ncells`` cells, created on first use (collective)."""
+        found = self._windows.get(ncells)
+        if found is not None:
+            return found
+        from mpi4py import MPI
+
+        layout = cells.RailLayout(len(self.steps), ncells)
+        win = MPI.Win.Allocate(
+            layout.window_words * cells.CELL_BYTES, cells.CELL_BYTES, comm=self.comm
+        )
+        words = np.frombuffer(win.tomemory(), dtype=np.uint64)[: layout.window_words]
+        words[:] = 0
+        self.comm.Barrier()
+        win.Lock_all(MPI.MODE_NOCHECK)
+        w = _Window(
+            win=win,
+            words=words,
+            send=np.zeros(layout.send_words, dtype=np.uint64),
+            credit_src=np.zeros(max(layout.nsteps, 1), dtype=np.uint64),
+            layout=layout,
+        )
+        self._windows[ncells] = w
+        return w
+
+    def window_bytes(self) -> int:
+        return sum(w.layout.window_words * cells.CELL_BYTES for w in self._windows.values())
+
+    def close(self) -> None:
+        """End the access epochs and free the windows (collective over the rail)."""
+        for w in self._windows.values():
+            w.win.Unlock_all()
+            w.win.Free()
+        self._windows.clear()
+
+    # -- one call -------------------------------------------------------------------------
+    def run(
+        self, src: np.ndarray, dst: np.ndarray, dtype: np.dtype, op: str, chunk_cells: int
+    ) -> None:
+        """``dst`` = reduction of ``src`` over the rail (``dst`` may be ``src``)."""
+        from mpi4py import MPI
+
+        n = src.size
+        itemsize = dtype.itemsize
+        epc = cells.elems_per_cell(itemsize)
+        ncells = cells.cell_count(n, itemsize)
+        w = self._windows[ncells]
+        w.seq += 1
+        t = w.seq
+        flag = cells.seq_flag(t)
+        chunks = chunk_bounds(ncells, chunk_cells)
+        win = w.win
+        u64 = MPI.UINT64_T
+
+        for step in self.steps:  # credits: every receiver of ours has consumed call t-1
+            if step.send_to is not None:
+                slot = step.index
+                self._wait(
+                    w,
+                    lambda slot=slot: int(w.words[slot]) >= t - 1,
+                    step,
+                    step.send_to,
+                    "credit",
+                    t,
+                )
+
+        acc = src
+        received: list[Step] = []
+        for step in self.steps:
+            if step.send_to is not None:
+                out = w.send[w.layout.send_offset(step.index) :][:ncells]
+                cells.pack(np, storage(acc, dtype), flag, out)
+                base = w.layout.recv_offset(step.index)
+                for a, b in chunks:
+                    win.Put([out[a:b], u64], step.send_to, target=(base + a, b - a, u64))
+                win.Flush(step.send_to)
+            if step.recv_from is not None:
+                region = w.words[w.layout.recv_offset(step.index) :][:ncells]
+                for a, b in chunks:
+                    self._wait(w, _Arrival(region, a, b, flag), step, step.recv_from, "data", t)
+                    part = region[a:b]
+                    e0, e1 = a * epc, min(b * epc, n)
+                    data = cells.unpack(np, part, e1 - e0, itemsize)
+                    if step.combine == "reduce":
+                        reduce_into(np, dst[e0:e1], acc[e0:e1], data, op, dtype)
+                    else:
+                        storage(dst, dtype)[e0:e1] = data.view(storage(dst, dtype).dtype)
+                acc = dst
+                received.append(step)
+        if acc is not dst:  # a single node: nothing to exchange
+            dst[...] = src
+
+        for step in received:  # credits: we are done with call t's regions
+            w.credit_src[step.index] = t
+            slot = w.credit_src[step.index : step.index + 1]
+            win.Put([slot, u64], step.recv_from, target=(step.index, 1, u64))
+        for target in {s.recv_from for s in received}:
+            win.Flush(target)
+
+    def _wait(
+        self, w: _Window, ready: Callable[[], bool], step: Step, partner: int, what: str, t: int
+    ) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        win = w.win
+        polls = 0
+        while True:
+            win.Sync()
+            if ready():
+                win.Sync()  # order the data reads after the flag reads
+                return
+            if time.monotonic() > deadline:
+                raise NvrarTimeout(
+                    timeout_message(
+                        rank=self.world_rank_of_node(self.node),
+                        step=step,
+                        partner_rank=self.world_rank_of_node(partner),
+                        partner_node=partner,
+                        waiting_for=what,
+                        seq=t,
+                        timeout_s=self.timeout_s,
+                    )
+                )
+            polls += 1
+            if polls <= YIELD_POLLS or not self.poll_sleep_s:
+                os.sched_yield()
+            else:  # long wait: really leave the core to the ranks that must send
+                time.sleep(self.poll_sleep_s)
