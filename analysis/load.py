@@ -1,0 +1,366 @@
+"""Load result records (JSONL) and the papers' reference numbers into pandas DataFrames.
+
+Two kinds of records share the files and are told apart by ``collective``:
+
+**Measured or modelled points** (``collective`` = ``allreduce``, ``alltoall``, ``alltoallv``,
+...), written by ``commbench run`` and, with ``modelled: true`` and ``backend: "model"``,
+by ``commbench simulate``. The fields are those of ``harness.md``; the ones the figures
+use are ``system, nodes, gpus_per_node, nranks, backend, collective, impl, params, dtype,
+size_bytes, metric_bytes, workload, time_us, time_us_min, time_us_avg, time_us_max,
+time_reduction,
+algbw_GBps, busbw_GBps, busbw_factor, modelled, rank_time_us, rank_finish_us``.
+
+**Schedule-synthesis records** (``collective`` = ``"schedule"``, figure 4), one object per
+synthesised schedule (repeat a point to show its spread)::
+
+    {"collective": "schedule",
+     "gpus": 64,                    # P = servers * gpus_per_node            (required)
+     "servers": 8,                  # S                                     (required)
+     "strategy": "bottleneck",      # scheduler option that was used        (required)
+     "synthesis_us": 180.5,         # wall time of one schedule() call, µs  (required)
+     "stages": 12,                  # number of BvN stages                  (required)
+     "lower_bound": 8388608,        # T, bytes per NIC                      (optional)
+     "modelled_time_over_lb": 1.04, # cost-model time / (T / B), or null    (optional)
+     "workload": "zipf:0.8@1",      # traffic spec                          (optional)
+     "size_bytes": 67108864,        # mean bytes each GPU sends             (optional)
+     "system": "h200",              # fabric constants the model used       (optional)
+     "run_id": "...", "timestamp": "...", "git_sha": "..."}          (optional)
+
+Loading adds columns: ``source_file``/``source_line`` (where the record came from),
+``kind`` (``"measured"`` or ``"modelled"``), ``workload_key`` (the workload spec without
+its ``@SEED``, so seeds of one law group together), ``zipf_s`` (the Zipf exponent, NaN for
+other laws); ``time_us`` (the per-call time the record's ``algbw_GBps`` was computed from)
+is taken from the record or, when absent, chosen by its ``time_reduction`` (``rank0``,
+``avg``, ``min``, ``max``; ``time_reduce`` is accepted as a synonym).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
+
+SCHEDULE = "schedule"
+SCHEDULE_REQUIRED = ("gpus", "servers", "strategy", "synthesis_us", "stages")
+SCHEDULE_OPTIONAL = (
+    "lower_bound",
+    "modelled_time_over_lb",
+    "workload",
+    "size_bytes",
+    "system",
+    "run_id",
+    "timestamp",
+    "git_sha",
+)
+POINT_REQUIRED = ("collective", "impl", "size_bytes")
+RAW_SUFFIX = ".raw.jsonl"
+POINT_TIMES = ("time_us_min", "time_us_avg", "time_us_max")
+
+# Defaults for fields a point record may lack (older or hand-written files).
+POINT_DEFAULTS: dict[str, object] = {
+    "run_id": None,
+    "timestamp": None,
+    "git_sha": None,
+    "system": "unknown",
+    "hostnames": None,
+    "nodes": None,
+    "gpus_per_node": None,
+    "nranks": None,
+    "backend": None,
+    "params": None,
+    "dtype": None,
+    "count": None,
+    "metric_bytes": None,
+    "workload": None,
+    "seed": None,
+    "timing_mode": None,
+    "iters": None,
+    "warmup": None,
+    "time_us_min": math.nan,
+    "time_us_avg": math.nan,
+    "time_us_max": math.nan,
+    "time_us_p50": math.nan,
+    "time_us_p99": math.nan,
+    "algbw_GBps": math.nan,
+    "busbw_GBps": math.nan,
+    "busbw_factor": math.nan,
+    "time_us": math.nan,
+    "time_reduction": None,
+    "nwrong": 0,
+    "modelled": False,
+    "rank_time_us": None,
+    "rank_finish_us": None,
+    "info": None,
+    "versions": None,
+    "env": None,
+    "raw_file": None,
+}
+POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
+DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")
+
+_SEED_RE = re.compile(r"@\d+$")
+_ZIPF_RE = re.compile(r"^zipf(?::([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?$")
+DEFAULT_ZIPF = 0.8  # what suite.workloads means by a bare "zipf"
+
+
+def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every ``*.jsonl`` file named or found (recursively) under the given paths, sorted.
+
+    Raw side files (``*.raw.jsonl``, per-rank per-iteration times) are not result files and
+    are skipped. A path that does not exist is an error; a directory without result files
+    is not.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files.extend(
+                sorted(
+                    f for f in p.rglob("*.jsonl") if f.is_file() and not f.name.endswith(RAW_SUFFIX)
+                )
+            )
+        elif p.is_file():
+            if p.name.endswith(RAW_SUFFIX):
+                raise ValueError(
+                    f"{p} is a raw per-iteration side file: give the results file next to it"
+                )
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no such result file or directory: {p}")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Parse one JSONL file; a bad line raises ``ValueError`` naming ``file:line``."""
+    path = Path(path)
+    records = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "each line of a result file must be one JSON object"
+                ) from None
+            if not isinstance(rec, dict):
+                raise ValueError(
+                    f"{where}: expected a JSON object, got {type(rec).__name__}; "
+                    "each line of a result file must be one JSON object"
+                )
+            _check_record(rec, where)
+            rec["source_file"] = str(path)
+            rec["source_line"] = lineno
+            records.append(rec)
+    return records
+
+
+def _check_record(rec: dict, where: str) -> None:
+    if rec.get("collective") == SCHEDULE:
+        missing = [k for k in SCHEDULE_REQUIRED if rec.get(k) is None]
+        if missing:
+            raise ValueError(
+                f"{where}: schedule record lacks {', '.join(missing)} "
+                f"(a schedule record needs {', '.join(SCHEDULE_REQUIRED)})"
+            )
+        return
+    missing = [k for k in POINT_REQUIRED if rec.get(k) is None]
+    if missing:
+        raise ValueError(
+            f"{where}: record lacks {', '.join(missing)} "
+            f"(a result record needs {', '.join(POINT_REQUIRED)} and a time_us_* field)"
+        )
+    if all(rec.get(k) is None for k in POINT_TIMES):
+        raise ValueError(f"{where}: record has none of {', '.join(POINT_TIMES)}")
+    for key in ("size_bytes", *POINT_TIMES):
+        value = rec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{where}: {key} must be a number, got {value!r}")
+
+
+def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
+    """All point records (not schedule records) under ``paths`` in one DataFrame.
+
+    Accepts files and directories (searched for ``*.jsonl``); the result has at least
+    :data:`POINT_COLUMNS` and :data:`DERIVED_COLUMNS`, also when nothing was found.
+    """
+    points, _ = load_all(*paths)
+    return points
+
+
+def load_schedules(*paths: str | os.PathLike) -> pd.DataFrame:
+    """All schedule-synthesis records (``collective == "schedule"``) under ``paths``."""
+    _, schedules = load_all(*paths)
+    return schedules
+
+
+def load_all(*paths: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(points, schedules)`` from every result file under ``paths`` (one read)."""
+    points: list[dict] = []
+    schedules: list[dict] = []
+    for f in result_files(paths):
+        for rec in read_records(f):
+            (schedules if rec.get("collective") == SCHEDULE else points).append(rec)
+    return normalise_points(points), normalise_schedules(schedules)
+
+
+def normalise_points(records: list[dict]) -> pd.DataFrame:
+    """Point records -> DataFrame with defaults filled in and the derived columns."""
+    rows = []
+    for rec in records:
+        row = dict(POINT_DEFAULTS)
+        row.update(rec)
+        row.setdefault("source_file", None)
+        row.setdefault("source_line", None)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=_ordered_columns(rows, POINT_COLUMNS))
+    if df.empty:
+        return pd.DataFrame(columns=[*POINT_COLUMNS, *DERIVED_COLUMNS])
+    df["modelled"] = df["modelled"].fillna(False).astype(bool)
+    for col in ("size_bytes", *POINT_TIMES, "time_us_p50", "time_us_p99", "algbw_GBps"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    for col in ("busbw_GBps", "busbw_factor"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["metric_bytes"] = pd.to_numeric(df["metric_bytes"], errors="coerce").fillna(df["size_bytes"])
+    df["system"] = df["system"].fillna("unknown").astype(str)
+    ranks = pd.to_numeric(df["nranks"], errors="coerce")
+    gpn = pd.to_numeric(df["gpus_per_node"], errors="coerce")
+    nodes = pd.to_numeric(df["nodes"], errors="coerce")
+    nodes = nodes.fillna(ranks / gpn)
+    gpn = gpn.fillna(ranks / nodes)
+    df["nodes"] = nodes.astype("Int64")
+    df["gpus_per_node"] = gpn.astype("Int64")
+    df["nranks"] = ranks.fillna(nodes * gpn).astype("Int64")
+    df["kind"] = df["modelled"].map({True: "modelled", False: "measured"})
+    df["workload_key"] = df["workload"].map(workload_key)
+    df["zipf_s"] = df["workload_key"].map(zipf_exponent)
+    if "time_reduce" in df:  # the name some writers use for time_reduction
+        df["time_reduction"] = df["time_reduction"].fillna(df["time_reduce"])
+    df["time_us"] = pd.to_numeric(df["time_us"], errors="coerce")
+    missing = df["time_us"].isna()
+    if missing.any():
+        df.loc[missing, "time_us"] = [
+            _chosen_time(r) for r in df.loc[missing].itertuples(index=False)
+        ]
+    return df
+
+
+def normalise_schedules(records: list[dict]) -> pd.DataFrame:
+    """Schedule records -> DataFrame with numeric columns and ``workload_key``."""
+    cols = ("collective", *SCHEDULE_REQUIRED, *SCHEDULE_OPTIONAL, "source_file", "source_line")
+    df = pd.DataFrame(records, columns=_ordered_columns(records, cols))
+    for col in ("gpus", "servers", "synthesis_us", "stages", "lower_bound"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["modelled_time_over_lb"] = pd.to_numeric(df["modelled_time_over_lb"], errors="coerce")
+    df["strategy"] = df["strategy"].astype(str)
+    df["workload_key"] = df["workload"].map(workload_key).astype(str)
+    return df
+
+
+def _ordered_columns(rows: list[dict], first: Iterable[str]) -> list[str]:
+    cols = list(dict.fromkeys(first))
+    for row in rows:
+        for key in row:
+            if key not in cols:
+                cols.append(key)
+    return cols
+
+
+def workload_key(spec: object) -> str:
+    """The workload spec without its ``@SEED`` ('' for none): seeds of one law group."""
+    if spec is None or (isinstance(spec, float) and math.isnan(spec)):
+        return ""
+    return _SEED_RE.sub("", str(spec).strip())
+
+
+def zipf_exponent(key: str) -> float:
+    """``"zipf:0.8"`` -> 0.8, ``"zipf"`` -> 0.8 (the generator's default); NaN otherwise."""
+    m = _ZIPF_RE.match(key or "")
+    if not m:
+        return math.nan
+    return float(m.group(1)) if m.group(1) else DEFAULT_ZIPF
+
+
+def _chosen_time(row) -> float:
+    """Per-call time the record's bandwidths were computed from (``time_reduction``)."""
+    how = row.time_reduction
+    if how == "rank0" and isinstance(row.rank_time_us, list) and row.rank_time_us:
+        return float(row.rank_time_us[0])
+    col = {"min": "time_us_min", "avg": "time_us_avg", "max": "time_us_max"}.get(how)
+    if col is not None and not math.isnan(getattr(row, col)):
+        return float(getattr(row, col))
+    for col in ("time_us_max", "time_us_avg", "time_us_min"):  # alltoallv's rule first
+        value = getattr(row, col)
+        if not math.isnan(value):
+            return float(value)
+    return math.nan
+
+
+REFERENCE_COLUMNS = (
+    "source",
+    "figure",
+    "system",
+    "fabric",
+    "quantity",
+    "impl",
+    "baseline",
+    "collective",
+    "workload",
+    "dtype",
+    "nodes",
+    "gpus",
+    "size_min",
+    "size_max",
+    "value",
+    "low",
+    "high",
+    "unit",
+    "note",
+)
+
+
+def load_reference(directory: str | os.PathLike | None = None) -> pd.DataFrame:
+    """The papers' numbers (``results/reference/*.csv``) in one DataFrame.
+
+    Every row carries its ``source`` (paper and table or figure). These are never our
+    measurements; figures draw them as "paper: ..." overlays. A missing directory gives
+    an empty frame (figures then draw no overlays).
+    """
+    d = Path(directory) if directory is not None else REFERENCE_DIR
+    frames = []
+    if d.is_dir():
+        for f in sorted(d.glob("*.csv")):
+            frame = pd.read_csv(f, dtype={"figure": str})
+            missing = [c for c in REFERENCE_COLUMNS if c not in frame.columns]
+            if missing:
+                raise ValueError(f"{f}: reference file lacks column(s) {', '.join(missing)}")
+            if frame["source"].isna().any():
+                line = int(frame.index[frame["source"].isna()][0]) + 2
+                raise ValueError(f"{f}:{line}: reference row without a source")
+            frame["reference_file"] = f.name
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=[*REFERENCE_COLUMNS, "reference_file"])
+    ref = pd.concat(frames, ignore_index=True)
+    for col in ("nodes", "gpus", "size_min", "size_max", "value", "low", "high"):
+        ref[col] = pd.to_numeric(ref[col], errors="coerce")
+    for col in ("figure", "system", "fabric", "impl", "baseline", "collective", "workload"):
+        ref[col] = ref[col].fillna("").astype(str)
+    return ref

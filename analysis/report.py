@@ -1,0 +1,390 @@
+"""One-file report: figures 1–7 inlined, best implementation per size and system, speed-ups.
+
+HTML (default): a single self-contained page, every figure inlined as a base64 ``data:``
+URI (PNG, or SVG with ``image_format="svg"``), no external links, so it can be mailed.
+Markdown (``.md``): the same tables, figures written next to it in ``<stem>_files/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.figures import render_all
+from analysis.load import load_all, load_reference, result_files
+from analysis.style import binary_label
+from analysis.tables import (
+    best_table,
+    line_rate_table,
+    line_rates,
+    model_error_table,
+    speedup_table,
+)
+
+FORMATS = ("html", "md")
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{{ title }}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; }
+table { border-collapse: collapse; font-size: .82em; margin: .6em 0 1.4em; }
+th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: right; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: .9em; color: #555; }
+.note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
+.meta td, .meta th { text-align: left; }
+</style></head><body>
+<h1>{{ title }}</h1>
+<p>Generated {{ generated }} by <code>commbench report</code> from {{ nfiles }} result file(s):
+{{ npoints }} measured/modelled point record(s) ({{ kinds }}) and {{ nschedules }} schedule
+record(s). Curves are labelled <b>measured</b> (solid) or <b>modelled</b> (dashed); grey
+"paper:" marks are the published numbers, never our measurements. Bands show the spread
+(min–max over ranks and repetitions).</p>
+{% if notes %}<div class="note">{% for n in notes %}<p>{{ n }}</p>{% endfor %}</div>{% endif %}
+<h2>Inputs</h2>
+{{ inputs | safe }}
+{% for section in sections %}
+<h2>{{ section.title }}</h2>
+{% if section.text %}<p>{{ section.text }}</p>{% endif %}
+{% if section.table %}{{ section.table | safe }}{% else %}<p><i>{{ section.empty }}</i></p>{% endif %}
+{% endfor %}
+<h2>Figures</h2>
+{% for fig in figures %}
+<figure id="{{ fig.name }}"><img alt="{{ fig.title }}" src="{{ fig.uri }}">
+<figcaption>{{ fig.title }}{% if fig.empty %}: {{ fig.empty }}{% endif %}</figcaption></figure>
+{% endfor %}
+</body></html>
+"""
+
+
+def figure_data_uri(fig: Figure, image_format: str = "png") -> str:
+    """The figure as a ``data:`` URI (base64 PNG or SVG)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=image_format, dpi=100)
+    mime = "image/svg+xml" if image_format == "svg" else "image/png"
+    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _fmt_num(x: object, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
+        return ""
+    if isinstance(x, (int, float)):
+        return f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.{digits}g}"
+    return str(x)
+
+
+def _fmt_speedup(value: float, low: float, high: float) -> str:
+    if not (isinstance(value, float) and math.isfinite(value)):
+        return ""
+    return f"{value:.2f}× ({low:.2f}–{high:.2f})"
+
+
+def _nodes(nodes, gpn) -> str:
+    if pd.isna(nodes):
+        return ""
+    return f"{int(nodes)}×{int(gpn)}" if not pd.isna(gpn) else f"{int(nodes)}"
+
+
+def present_best(table: pd.DataFrame) -> pd.DataFrame:
+    """The best-implementation table with readable columns."""
+    return pd.DataFrame(
+        {
+            "kind": table["kind"],
+            "system": table["system"],
+            "nodes×GPUs": [
+                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
+            ],
+            "backend": table["backend"],
+            "collective": table["collective"],
+            "workload": table["workload_key"].replace("", "-"),
+            "dtype": table["dtype"],
+            "size": table["size_bytes"].map(binary_label),
+            "best": table["best"],
+            "time (µs)": table["time_us"].map(_fmt_num),
+            "busbw (GB/s)": table["busbw_GBps"].map(_fmt_num),
+            "runner-up": table["runner_up"].fillna(""),
+            "lead (spread)": [
+                _fmt_speedup(v, lo, hi)
+                for v, lo, hi in zip(
+                    table["lead"], table["lead_low"], table["lead_high"], strict=True
+                )
+            ],
+        }
+    )
+
+
+def present_speedups(table: pd.DataFrame) -> pd.DataFrame:
+    """The speed-up table with readable columns."""
+    return pd.DataFrame(
+        {
+            "kind": table["kind"],
+            "system": table["system"],
+            "nodes×GPUs": [
+                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
+            ],
+            "collective": table["collective"],
+            "workload": table["workload_key"].replace("", "-"),
+            "size": table["size_bytes"].map(binary_label),
+            "impl": table["impl"],
+            "over": table["baseline"],
+            "speed-up (spread)": [
+                _fmt_speedup(v, lo, hi)
+                for v, lo, hi in zip(
+                    table["speedup"], table["speedup_low"], table["speedup_high"], strict=True
+                )
+            ],
+        }
+    )
+
+
+def present_line_rates(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "system": table["system"],
+            "nodes×GPUs": [
+                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
+            ],
+            "collective": table["collective"],
+            "workload": table["workload_key"].replace("", "-"),
+            "size": table["size_bytes"].map(binary_label),
+            "best": table["best"],
+            "busbw (GB/s)": table["busbw_GBps"].map(_fmt_num),
+            "NIC line rate (GB/s)": table["line_rate_GBps"].map(lambda v: _fmt_num(v) or "unknown"),
+            "fraction": table["fraction"].map(lambda v: f"{v:.1%}" if math.isfinite(v) else "n/a"),
+        }
+    )
+
+
+def present_model_error(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "system": table["system"],
+            "nodes×GPUs": [
+                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
+            ],
+            "collective": table["collective"],
+            "impl": table["series"],
+            "workload": table["workload_key"].replace("", "-"),
+            "size": table["size_bytes"].map(binary_label),
+            "measured (µs)": table["measured_us"].map(_fmt_num),
+            "modelled (µs)": table["modelled_us"].map(_fmt_num),
+            "modelled / measured": table["ratio"].map(lambda v: f"{v:.2f}"),
+        }
+    )
+
+
+def present_reference(ref: pd.DataFrame) -> pd.DataFrame:
+    def what(row) -> str:
+        if math.isfinite(row.value):
+            return _fmt_num(row.value, 4)
+        lo = _fmt_num(row.low, 4)
+        return f"{lo}–{_fmt_num(row.high, 4)}" if lo else f"≤ {_fmt_num(row.high, 4)}"
+
+    shown = ref[~ref["quantity"].isin(["nic_line_rate_GBps", "nic_payload_GBps", "scaleup_GBps"])]
+    return pd.DataFrame(
+        {
+            "quantity": shown["quantity"],
+            "impl": shown["impl"],
+            "system": shown["system"],
+            "value": [what(r) for r in shown.itertuples()],
+            "unit": shown["unit"],
+            "note": shown["note"].fillna(""),
+            "source": shown["source"],
+        }
+    )
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, escape=True, border=0, na_rep="") if not df.empty else ""
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return ""
+
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |"]
+    lines.append("|" + "---|" * len(df.columns))
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _sections(points, ref, rates) -> list[dict]:
+    return [
+        {
+            "title": "Best implementation per size and system",
+            "text": "Fastest implementation at each point (median chosen time over repetitions); "
+            "lead = its speed-up over the runner-up, with the spread over repetitions and ranks.",
+            "table": present_best(best_table(points)),
+            "empty": "no result points",
+        },
+        {
+            "title": "Speed-ups over the baseline",
+            "text": "Baseline: NCCL, else RCCL, else MPI for all-reduce; fan-out for all-to-all(v). "
+            "Spread: min–max of the per-rank and per-repetition ratios.",
+            "table": present_speedups(speedup_table(points)),
+            "empty": "no point has both a baseline and another implementation",
+        },
+        {
+            "title": "Fraction of NIC line rate (measured)",
+            "text": "Best busbw at the largest size per system, over one NIC's line rate "
+            "(results/reference/systems.csv, or --line-rate SYSTEM=GBPS).",
+            "table": present_line_rates(line_rate_table(points, rates)),
+            "empty": "no measured points",
+        },
+        {
+            "title": "Cost model vs measurement",
+            "text": "Points both measured and modelled: the model's error.",
+            "table": present_model_error(model_error_table(points)),
+            "empty": "no point was both measured and modelled",
+        },
+        {
+            "title": "The papers' numbers (reference, not ours)",
+            "text": "From results/reference/*.csv; each row names its source.",
+            "table": present_reference(ref) if not ref.empty else pd.DataFrame(),
+            "empty": "no reference data found",
+        },
+    ]
+
+
+def write_report(
+    paths: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    reference_dir: str | os.PathLike | None = None,
+    rates: Mapping[str, float] | None = None,
+    image_format: str = "png",
+    title: str = "commbench report",
+) -> Path:
+    """Load every result under ``paths`` and write the report to ``out``; returns its path.
+
+    ``fmt`` defaults from the suffix (``.md`` -> Markdown, else HTML).
+    """
+    out = Path(out)
+    fmt = fmt or ("md" if out.suffix.lower() in (".md", ".markdown") else "html")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown report format {fmt!r}: use html or md")
+    if image_format not in ("png", "svg"):
+        raise ValueError(f"unknown image format {image_format!r}: use png or svg")
+    files = result_files(paths)
+    points, schedules = load_all(*paths)
+    ref = load_reference(reference_dir)
+    known = line_rates(ref, rates)
+    rendered = render_all(points, schedules, None, reference=ref, rates=rates)
+    notes = []
+    if points.empty and schedules.empty:
+        notes.append(
+            f"No result records found in {', '.join(str(p) for p in paths)}: run `make run` "
+            "or `commbench run ...` first. The figures below say what each one needs."
+        )
+    nwrong = int(pd.to_numeric(points["nwrong"], errors="coerce").fillna(0).sum())
+    if nwrong:
+        notes.append(
+            f"{nwrong} wrong element(s) reported by correctness checks: see the #wrong column of the runs."
+        )
+    sections = _sections(points, ref, known)
+    inputs = _inputs_table(points, schedules, files)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    common = {
+        "title": title,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "nfiles": len(files),
+        "npoints": len(points),
+        "nschedules": len(schedules),
+        "kinds": ", ".join(f"{k} {n}" for k, n in points["kind"].value_counts().items())
+        if not points.empty
+        else "none",
+        "notes": notes,
+    }
+    if fmt == "html":
+        figures = [
+            {
+                "name": r.spec.name,
+                "title": f"Figure {r.spec.number}",
+                "uri": figure_data_uri(r.figure, image_format),
+                "empty": r.empty,
+            }
+            for r in rendered
+        ]
+        env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+        page = env.from_string(_TEMPLATE).render(
+            **common,
+            inputs=_html_table(inputs),
+            sections=[{**s, "table": _html_table(s["table"])} for s in sections],
+            figures=figures,
+        )
+        out.write_text(page, encoding="utf-8")
+        return out
+    assets = out.with_name(out.stem + "_files")
+    assets.mkdir(exist_ok=True)
+    lines = [
+        f"# {title}",
+        "",
+        f"Generated {common['generated']} from {len(files)} result file(s): "
+        f"{len(points)} point record(s) ({common['kinds']}), {len(schedules)} schedule record(s). "
+        'Measured curves are solid, modelled dashed; "paper:" marks are published numbers, '
+        "not ours; bands are min–max over ranks and repetitions.",
+        "",
+    ]
+    lines += [f"> {n}" for n in notes] + ([""] if notes else [])
+    lines += ["## Inputs", "", _md_table(inputs), ""]
+    for s in sections:
+        lines += [
+            f"## {s['title']}",
+            "",
+            s["text"],
+            "",
+            _md_table(s["table"]) or f"*{s['empty']}*",
+            "",
+        ]
+    lines += ["## Figures", ""]
+    for r in rendered:
+        name = f"{r.spec.name}.{image_format}"
+        r.figure.savefig(assets / name, dpi=100)
+        caption = f"Figure {r.spec.number}" + (f": {r.empty}" if r.empty else "")
+        lines += [
+            f"![{html.escape(caption)}]({assets.name}/{name})",
+            "",
+            caption.replace("\n", " "),
+            "",
+        ]
+    out.write_text("\n".join(lines), encoding="utf-8")
+    return out
+
+
+def _inputs_table(
+    points: pd.DataFrame, schedules: pd.DataFrame, files: Sequence[Path]
+) -> pd.DataFrame:
+    """One row per input file: records, systems, runs and git revisions."""
+    rows = []
+    for f in files:
+        part = points[points["source_file"] == str(f)]
+        rows.append(
+            {
+                "file": str(f),
+                "records": len(part),
+                "schedule records": int((schedules["source_file"] == str(f)).sum()),
+                "systems": ", ".join(sorted({str(s) for s in part["system"].dropna()})),
+                "kinds": ", ".join(sorted(set(part["kind"]))),
+                "runs": part["run_id"].nunique(),
+                "git": ", ".join(sorted({str(s) for s in part["git_sha"].dropna()})),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,330 @@
+"""Summaries of result points: spread, best implementation, speed-ups, line rates, model error.
+
+Everything here is pure pandas on the DataFrame of :func:`analysis.load.load_results`.
+
+Spread conventions (stated once, used by every figure and table):
+
+- a *point* is one (system, nodes, collective, implementation, workload, size, ...)
+  combination; it may have several records (repetitions, seeds);
+- time: the median over repetitions of the chosen per-call time, spread from the fastest
+  rank of the fastest repetition (``time_us_min``) to the slowest rank of the slowest
+  (``time_us_max``);
+- bandwidth: the median of the recorded value, spread = the bandwidth that the same bytes
+  give at those two times;
+- speed-up of A over B: median time of B over median time of A; spread = min–max over
+  every pair of repetitions of the per-rank ratios (rank i of B over rank i of A) and the
+  whole-call ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+# One comparison group: everything but the implementation (and repetition).
+GROUP = [
+    "kind",
+    "system",
+    "nodes",
+    "gpus_per_node",
+    "backend",
+    "collective",
+    "workload_key",
+    "dtype",
+    "timing_mode",
+    "size_bytes",
+]
+BASELINES: dict[str, tuple[str, ...]] = {
+    "allreduce": ("nccl", "rccl", "mpi"),
+    "alltoallv": ("fanout", "rccl", "nccl", "mpi"),
+    "alltoall": ("fanout", "rccl", "nccl", "mpi"),
+}
+METRICS = ("time", "latency_max", "algbw", "busbw")
+
+
+def params_key(params: object) -> str:
+    """A hashable, stable text for a ``params`` dict ('' for none)."""
+    if not isinstance(params, Mapping) or not params:
+        return ""
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def with_series(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``series``: the implementation name plus the params that vary for it.
+
+    ``fast`` stays ``fast`` when all its records share params; otherwise e.g.
+    ``fast (strategy=bottleneck)`` and ``fast (strategy=plain)`` become separate lines.
+    """
+    out = df.copy()
+    if out.empty:
+        out["series"] = pd.Series(dtype=str)
+        return out
+    labels = []
+    varying: dict[str, list[str]] = {}
+    for impl, rows in out.groupby("impl", sort=False):
+        dicts = [p if isinstance(p, Mapping) else {} for p in rows["params"]]
+        keys = sorted({k for d in dicts for k in d})
+        varying[impl] = [
+            k for k in keys if len({json.dumps(d.get(k), default=str) for d in dicts}) > 1
+        ]
+    for impl, params in zip(out["impl"], out["params"], strict=True):
+        keys = varying.get(impl, [])
+        p = params if isinstance(params, Mapping) else {}
+        if keys:
+            extra = ", ".join(f"{k}={p.get(k)}" for k in keys)
+            labels.append(f"{impl} ({extra})")
+        else:
+            labels.append(str(impl))
+    out["series"] = labels
+    return out
+
+
+def _bytes_over_time(nbytes: pd.Series, time_us: pd.Series) -> pd.Series:
+    """GB/s (1e9) for ``nbytes`` moved in ``time_us`` microseconds."""
+    return nbytes / (time_us * 1e3)
+
+
+def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd.DataFrame:
+    """Per ``keys`` group: ``value`` (median), ``low``/``high`` (spread) and ``n`` records.
+
+    ``metric``: ``time`` (the chosen per-call time), ``latency_max`` (max over ranks, as the
+    NVRAR paper reports), ``algbw`` or ``busbw`` (GB/s).
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
+    keys = list(keys)
+    if df.empty:
+        return pd.DataFrame(columns=[*keys, "value", "low", "high", "n"])
+    work = df.copy()
+    if metric in ("time", "latency_max"):
+        work["_v"] = work["time_us"] if metric == "time" else work["time_us_max"]
+        work["_lo"] = work["time_us_min"].fillna(work["_v"])
+        work["_hi"] = work["time_us_max"].fillna(work["_v"])
+    else:
+        algbw = work["algbw_GBps"].fillna(_bytes_over_time(work["metric_bytes"], work["time_us"]))
+        factor = work["busbw_factor"].fillna(work["busbw_GBps"] / work["algbw_GBps"]).fillna(1.0)
+        scale = factor if metric == "busbw" else 1.0
+        value = work["busbw_GBps"].fillna(algbw * factor) if metric == "busbw" else algbw
+        slow = work["time_us_max"].fillna(work["time_us"])
+        fast = work["time_us_min"].fillna(work["time_us"])
+        work["_v"] = value
+        work["_lo"] = _bytes_over_time(work["metric_bytes"], slow) * scale
+        work["_hi"] = _bytes_over_time(work["metric_bytes"], fast) * scale
+    g = work.groupby(keys, dropna=False, sort=True)
+    out = g.agg(value=("_v", "median"), low=("_lo", "min"), high=("_hi", "max"), n=("_v", "size"))
+    out = out.reset_index()
+    # The band always contains the line (one repetition's chosen time lies in [min, max]).
+    out["low"] = np.fmin(out["low"], out["value"])
+    out["high"] = np.fmax(out["high"], out["value"])
+    return out
+
+
+def speedup(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[float, float, float]:
+    """``(value, low, high)`` speed-up of ``cand`` over ``base`` (see module docstring)."""
+    tb = base["time_us"].to_numpy(dtype=float)
+    tc = cand["time_us"].to_numpy(dtype=float)
+    tb, tc = tb[np.isfinite(tb)], tc[np.isfinite(tc)]
+    if tb.size == 0 or tc.size == 0 or np.any(tc <= 0):
+        return (math.nan, math.nan, math.nan)
+    value = float(np.median(tb) / np.median(tc))
+    samples = [value, *(tb[:, None] / tc[None, :]).ravel().tolist()]
+    for rb in base["rank_time_us"]:
+        for rc in cand["rank_time_us"]:
+            if isinstance(rb, list) and isinstance(rc, list) and rb and len(rb) == len(rc):
+                a, b = np.asarray(rb, dtype=float), np.asarray(rc, dtype=float)
+                ok = (b > 0) & np.isfinite(a) & np.isfinite(b)
+                samples.extend((a[ok] / b[ok]).tolist())
+    return (value, float(min(samples)), float(max(samples)))
+
+
+def pick_baseline(collective: str, series: Iterable[str]) -> str | None:
+    """The baseline a speed-up is measured against: NCCL/RCCL/MPI, fan-out for all-to-all."""
+    present = set(series)
+    for name in BASELINES.get(collective, ("mpi",)):
+        if name in present:
+            return name
+    return None
+
+
+def _groups(df: pd.DataFrame):
+    """Comparison groups, with the ``series`` column added."""
+    if df.empty:
+        return
+    data = with_series(df)
+    yield from data.groupby(GROUP, dropna=False, sort=True)
+
+
+def speedup_table(
+    df: pd.DataFrame, baselines: Mapping[str, Sequence[str]] | None = None
+) -> pd.DataFrame:
+    """Speed-up of every implementation over its group's baseline, with its spread."""
+    chosen = dict(BASELINES)
+    chosen.update(baselines or {})
+    rows = []
+    for key, group in _groups(df):
+        info = dict(zip(GROUP, key, strict=True))
+        series = group["series"].unique()
+        base = None
+        for name in chosen.get(info["collective"], ("mpi",)):
+            if name in series:
+                base = name
+                break
+        if base is None:
+            continue
+        base_rows = group[group["series"] == base]
+        for name in series:
+            if name == base:
+                continue
+            value, low, high = speedup(base_rows, group[group["series"] == name])
+            rows.append(
+                {
+                    **info,
+                    "impl": name,
+                    "baseline": base,
+                    "speedup": value,
+                    "speedup_low": low,
+                    "speedup_high": high,
+                }
+            )
+    cols = [*GROUP, "impl", "baseline", "speedup", "speedup_low", "speedup_high"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def best_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per group: the fastest implementation, its time and busbw, and its lead over the next."""
+    rows = []
+    for key, group in _groups(df):
+        info = dict(zip(GROUP, key, strict=True))
+        times = group.groupby("series")["time_us"].median().dropna().sort_values()
+        if times.empty:
+            continue
+        best = str(times.index[0])
+        best_rows = group[group["series"] == best]
+        bw = summarise(best_rows, ["series"], "busbw").iloc[0]
+        row = {
+            **info,
+            "best": best,
+            "time_us": float(times.iloc[0]),
+            "busbw_GBps": float(bw["value"]),
+            "runner_up": None,
+            "lead": math.nan,
+            "lead_low": math.nan,
+            "lead_high": math.nan,
+            "n_impls": int(times.size),
+        }
+        if times.size > 1:
+            second = str(times.index[1])
+            value, low, high = speedup(group[group["series"] == second], best_rows)
+            row.update(runner_up=second, lead=value, lead_low=low, lead_high=high)
+        rows.append(row)
+    cols = [
+        *GROUP,
+        "best",
+        "time_us",
+        "busbw_GBps",
+        "runner_up",
+        "lead",
+        "lead_low",
+        "lead_high",
+        "n_impls",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def line_rates(
+    reference: pd.DataFrame, overrides: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """NIC line rate (GB/s) per system from the reference data, then ``overrides``."""
+    rates: dict[str, float] = {}
+    if not reference.empty:
+        rows = reference[reference["quantity"] == "nic_line_rate_GBps"]
+        for system, value in zip(rows["system"], rows["value"], strict=True):
+            if system and math.isfinite(value):
+                rates[str(system).lower()] = float(value)
+    for system, value in (overrides or {}).items():
+        if not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"line rate for {system!r} must be a positive number of GB/s")
+        rates[str(system).lower()] = float(value)
+    return rates
+
+
+def line_rate_of(system: str, rates: Mapping[str, float]) -> float:
+    """The rate for ``system``: exact name first, else a known name it contains."""
+    name = str(system).lower()
+    if name in rates:
+        return rates[name]
+    for known, value in rates.items():
+        if known and known in name:
+            return value
+    return math.nan
+
+
+def line_rate_table(df: pd.DataFrame, rates: Mapping[str, float]) -> pd.DataFrame:
+    """Measured fraction of NIC line rate: best busbw at the largest size, per system.
+
+    One row per (system, nodes, collective, workload); busbw is per rank, compared with one
+    NIC's line rate (one NIC per GPU on every profiled system).
+    """
+    cols = [
+        "system",
+        "nodes",
+        "gpus_per_node",
+        "collective",
+        "workload_key",
+        "size_bytes",
+        "best",
+        "busbw_GBps",
+        "line_rate_GBps",
+        "fraction",
+    ]
+    measured = df[df["kind"] == "measured"] if not df.empty else df
+    if measured.empty:
+        return pd.DataFrame(columns=cols)
+    data = with_series(measured)
+    rows = []
+    keys = ["system", "nodes", "gpus_per_node", "collective", "workload_key"]
+    for key, group in data.groupby(keys, dropna=False, sort=True):
+        size = group["size_bytes"].max()
+        at = group[group["size_bytes"] == size]
+        bw = summarise(at, ["series"], "busbw").sort_values("value", ascending=False)
+        top = bw.iloc[0]
+        rate = line_rate_of(key[0], rates)
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "size_bytes": size,
+                "best": top["series"],
+                "busbw_GBps": float(top["value"]),
+                "line_rate_GBps": rate,
+                "fraction": float(top["value"]) / rate if math.isfinite(rate) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def model_error_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Where a point was both measured and modelled: both times and modelled / measured."""
+    keys = [
+        "system",
+        "nodes",
+        "gpus_per_node",
+        "collective",
+        "series",
+        "workload_key",
+        "size_bytes",
+    ]
+    cols = [*keys, "measured_us", "modelled_us", "ratio"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    data = with_series(df)
+    med = data.groupby([*keys, "kind"], dropna=False)["time_us"].median().unstack("kind")
+    if "measured" not in med.columns or "modelled" not in med.columns:
+        return pd.DataFrame(columns=cols)
+    both = med.dropna(subset=["measured", "modelled"]).reset_index()
+    both = both.rename(columns={"measured": "measured_us", "modelled": "modelled_us"})
+    both["ratio"] = both["modelled_us"] / both["measured_us"]
+    return both[cols]
