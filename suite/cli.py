@@ -15,7 +15,6 @@ from suite import __version__
 
 SUBCOMMANDS = [
     "suite.driver",
-    "suite.jobs_cli",
     "suite.sweep",
     "suite.report_cli",
 ]
