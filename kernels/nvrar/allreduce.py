@@ -104,10 +104,9 @@ class Nvrar:
             return
         dtype = check_dtype(case.dtype)
         g = self.topo.gpus_per_node
-        chunk = self.tuning.chunk_cells()
         if g == 1:
             if self.rail is not None:
-                self.rail.run(case.send, case.recv, dtype, case.op, chunk)
+                self.rail.run(case.send, case.recv, dtype, case.op, self.tuning)
             else:
                 self.t.copy(case.recv, case.send)
             return
@@ -117,13 +116,15 @@ class Nvrar:
             rs_in = self.padsend
         self.t.reduce_scatter(rs_in, self.segbuf, case.op, "node")
         if self.rail is not None:
-            self.rail.run(self.segbuf, self.segbuf, dtype, case.op, chunk)
+            self.rail.run(self.segbuf, self.segbuf, dtype, case.op, self.tuning)
         ag_out = case.recv if self.padrecv is None else self.padrecv
         self.t.allgather(self.segbuf, ag_out, "node")
         if self.padrecv is not None:
             self.t.copy(case.recv, self.padrecv[:n])
 
     def info(self) -> dict[str, Any]:
+        if self.rail is not None:
+            self.rail.check()  # GPU: surface a timeout recorded by a kernel
         nodes = self.topo.nodes
         steps = doubling_steps(nodes, self.topo.node)
         return {

@@ -73,7 +73,7 @@ def pack(xp: ModuleType, data: Array, flag: int, cells: Array) -> None:
         raw = data.view(np.uint16)
         words[0 : 2 * full : 2] = raw[: 2 * full].view(np.uint32)
         if full < ncells:  # odd 16-bit tail: the element, then two zero bytes
-            words[2 * full] = raw[2 * full :].astype(np.uint32)
+            words[2 * full : 2 * full + 1] = raw[2 * full :].astype(np.uint32)
     else:
         words[0::2] = data.view(np.uint32)
     words[1::2] = np.uint32(flag)

@@ -27,7 +27,7 @@ import numpy as np
 from kernels.nvrar import cells
 from kernels.nvrar.reduce import reduce_into, storage
 from kernels.nvrar.schedule import NvrarTimeout, Step, doubling_steps, timeout_message
-from kernels.nvrar.tuning import chunk_bounds
+from kernels.nvrar.tuning import Tuning, chunk_bounds
 
 #: Polls that only yield before a waiting receiver starts sleeping between polls.
 YIELD_POLLS = 20
@@ -106,6 +106,9 @@ class MpiRail:
     def window_bytes(self) -> int:
         return sum(w.layout.window_words * cells.CELL_BYTES for w in self._windows.values())
 
+    def check(self) -> None:
+        """Nothing to collect: on the CPU a timeout raises inside :meth:`run`."""
+
     def close(self) -> None:
         """End the access epochs and free the windows (collective over the rail)."""
         for w in self._windows.values():
@@ -115,7 +118,7 @@ class MpiRail:
 
     # -- one call -------------------------------------------------------------------------
     def run(
-        self, src: np.ndarray, dst: np.ndarray, dtype: np.dtype, op: str, chunk_cells: int
+        self, src: np.ndarray, dst: np.ndarray, dtype: np.dtype, op: str, tuning: Tuning
     ) -> None:
         """``dst`` = reduction of ``src`` over the rail (``dst`` may be ``src``)."""
         from mpi4py import MPI
@@ -128,7 +131,7 @@ class MpiRail:
         w.seq += 1
         t = w.seq
         flag = cells.seq_flag(t)
-        chunks = chunk_bounds(ncells, chunk_cells)
+        chunks = chunk_bounds(ncells, tuning.chunk_cells())
         win = w.win
         u64 = MPI.UINT64_T
 
