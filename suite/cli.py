@@ -15,6 +15,7 @@ from suite import __version__
 
 SUBCOMMANDS = [
     "suite.driver",
+    "suite.jobs_cli",
     "suite.sweep",
     "suite.report_cli",
 ]

@@ -1,0 +1,1215 @@
+"""Slurm jobs from data: system profiles, named experiments, allocation, rendering.
+
+A *system profile* (``jobs/systems/NAME.toml``, schema in ``jobs/README.md``) says how a
+machine is driven: devices, how to ask for GPUs and which ``sbatch`` options it rejects,
+the launcher, modules, environment (a base set and a multi-node-only set), limits, site
+values the user must supply (account, HCA names, ...) and the fabric constants the cost
+model reads (:func:`load_profile`, :class:`Fabric`). An *experiment*
+(``jobs/experiments.toml``) is a named list of ``commbench run`` sweeps with the
+implementations to run per backend.
+
+Everything here is pure except the file loaders: the allocation is computed and checked
+against the profile's limits and forbidden options before anything is rendered, and the
+script comes from one Jinja2 template per launcher (``jobs/templates/LAUNCHER.sh.j2``) in
+a ``StrictUndefined`` environment whose ``finalize`` shell-quotes every value: a template
+cannot emit an unquoted value by accident. Only :class:`Shell` strings (built here, from
+values quoted here, or the profile's ``pre_run``/``post_run`` escape hatches, which are
+shell code by definition) pass through as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import re
+import secrets
+import shlex
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import UsageError
+from suite.units import format_size, parse_size
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS_DIR = ROOT / "jobs"
+SYSTEMS_DIR = JOBS_DIR / "systems"
+TEMPLATES_DIR = JOBS_DIR / "templates"
+EXPERIMENTS_FILE = JOBS_DIR / "experiments.toml"
+DEFAULT_SITE_FILE = Path("~/.config/commbench/site.toml")
+
+LAUNCHERS = ("srun", "ibrun", "mpirun")
+BACKENDS = ("cpu", "cuda", "rocm")
+COLLECTIVES = ("allreduce", "alltoall", "alltoallv")
+GPU_OPTIONS = ("gpus-per-node", "gres", "none")
+#: Site keys with a meaning of their own: they become these ``sbatch`` options.
+ACCESS_OPTIONS = {
+    "account": "account",
+    "qos": "qos",
+    "partition": "partition",
+    "constraint": "constraint",
+}
+#: ``sbatch`` short forms, used where the sites' documentation uses them (``-C gpu``).
+SHORT_OPTIONS = {
+    "account": "-A",
+    "qos": "-q",
+    "constraint": "-C",
+    "partition": "-p",
+    "nodes": "-N",
+    "ntasks": "-n",
+    "time": "-t",
+    "cpus-per-task": "-c",
+    "job-name": "-J",
+    "output": "-o",
+}
+#: Short and alternative spellings users may put in ``extra_sbatch``.
+OPTION_ALIASES = {
+    **{short: long for long, short in SHORT_OPTIONS.items()},
+    "-G": "gpus",
+    "-e": "error",
+    "-D": "chdir",
+    "--gpus-per-task": "gpus-per-task",
+    "--mem-per-cpu": "mem-per-cpu",
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_OPTION_RE = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.*))?$", re.DOTALL)
+_WALLTIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+class Shell(str):
+    """Text that is already valid shell (quoted here, or a profile's escape hatch)."""
+
+
+def quote(value: Any) -> str:
+    """One shell word for ``value``; refuses newlines and NUL, which no word may carry."""
+    text = str(value)
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise UsageError(f"value {text!r} contains a newline or NUL: remove it")
+    quoted = shlex.quote(text)
+    # `export X==a` is valid bash, but it reads like a typo (and shellcheck says so).
+    return f"'{text}'" if quoted == text and text.startswith("=") else quoted
+
+
+def shell_finalize(value: Any) -> str:
+    """Jinja ``finalize``: every ``{{ value }}`` becomes quoted shell words."""
+    if isinstance(value, Shell):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return " ".join(shell_finalize(v) for v in value)
+    return quote(value)
+
+
+# ---------------------------------------------------------------- reading TOML data
+
+
+def load_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+
+
+class _Table:
+    """Typed access to one TOML table, with errors that name the file and the key."""
+
+    def __init__(self, data: Mapping, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{where}: expected a table")
+        self.data, self.where, self.used = data, where, set()
+
+    def _get(self, key: str, default: Any, required: bool) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if required:
+                raise UsageError(f"{self.where}: missing key {key!r}")
+            return default
+        return self.data[key]
+
+    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+        value = self._get(key, default, required)
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"{self.where}: {key} must be a string, not {value!r}")
+        return value
+
+    def int(self, key: str, default: int | None = None, required: bool = False) -> int | None:
+        value = self._get(key, default, required)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UsageError(f"{self.where}: {key} must be an integer, not {value!r}")
+        return value
+
+    def num(self, key: str, required: bool = True) -> float:
+        value = self._get(key, None, required)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"{self.where}: {key} must be a number, not {value!r}")
+        if value < 0:
+            raise UsageError(f"{self.where}: {key} must not be negative ({value})")
+        return float(value)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self._get(key, default, False)
+        if not isinstance(value, bool):
+            raise UsageError(f"{self.where}: {key} must be true or false, not {value!r}")
+        return value
+
+    def strs(self, key: str) -> tuple[str, ...]:
+        value = self._get(key, [], False)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{self.where}: {key} must be a list of strings")
+        return tuple(value)
+
+    def table(self, key: str, required: bool = False) -> _Table:
+        return _Table(self._get(key, {}, required), f"{self.where} [{key}]")
+
+    def str_map(self, key: str) -> dict[str, str]:
+        sub = self.table(key)
+        out = {}
+        for name, value in sub.data.items():
+            if not isinstance(value, str):
+                raise UsageError(f"{sub.where}: {name} must be a string, not {value!r}")
+            out[name] = value
+        return out
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.used)
+        if extra:
+            raise UsageError(f"{self.where}: unknown key(s) {', '.join(extra)}")
+
+
+# ---------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Interconnect constants for the cost model (``[fabric]`` of a profile).
+
+    Bandwidths are usable payload GB/s (1e9 bytes) per direction; latencies are the
+    per-message start-up cost (alpha) in microseconds.
+
+    - ``scaleup_GBps``: one GPU to the other GPUs of its node, all links together;
+      ``scaleup_peer_GBps``: one GPU to one peer (equal to it behind a switch);
+      0 for both when a node has one GPU (no scale-up tier).
+    - ``scaleout_GBps``: one NIC (``nics_per_node`` of them per node, rail-aligned
+      when there is one per GPU).
+    - ``stage_cost_us``: fixed cost of one FAST stage (synchronisation and launch).
+    """
+
+    scaleup: str
+    scaleup_GBps: float
+    scaleup_peer_GBps: float
+    scaleup_latency_us: float
+    scaleout: str
+    scaleout_GBps: float
+    scaleout_latency_us: float
+    nics_per_node: int
+    stage_cost_us: float
+
+
+FABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Fabric))
+
+
+@dataclass(frozen=True)
+class SiteKey:
+    """A value the user supplies: flag ``--set NAME=V``, ``COMMBENCH_NAME``, or site file."""
+
+    name: str
+    help: str
+    default: str = ""
+    required: bool = False
+    multinode_only: bool = False
+    env: str | None = None  # exported under this name when set
+    option: str | None = None  # or passed to sbatch as this long option
+
+    @property
+    def environ_name(self) -> str:
+        return "COMMBENCH_" + self.name.upper()
+
+
+@dataclass(frozen=True)
+class Limit:
+    max_nodes: int | None = None
+    max_walltime_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    command: str
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The ``NCCL_DEBUG=INFO`` run of multi-node GPU jobs: ``pattern`` must be in its log."""
+
+    collective: str
+    impl: str
+    size: str
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    path: Path
+    backend: str
+    vendor: str
+    model: str
+    gpus_per_node: int
+    servers_per_node: int  # > 1 only when emulating: several servers on one Slurm node
+    nic_model: str
+    cpus_per_task: int | None
+    gpu_option: str
+    exclusive: bool
+    forbidden: tuple[str, ...]
+    launcher: str
+    launchers: Mapping[str, Launcher]
+    python: str
+    modules: tuple[str, ...]
+    env: Mapping[str, str]
+    env_multinode: Mapping[str, str]
+    env_partial_node: Mapping[str, str]
+    pre_run: tuple[str, ...]
+    post_run: tuple[str, ...]
+    extra_sbatch: tuple[str, ...]
+    site: Mapping[str, SiteKey]
+    limits: Limit
+    partition_limits: Mapping[str, Limit]
+    qos_limits: Mapping[str, Limit]
+    fabric: Fabric
+    calibration: Calibration | None
+    data: Mapping = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def emulated(self) -> bool:
+        """GPUs and servers are emulated by CPU ranks (the ``cpu`` backend)."""
+        return self.backend == "cpu"
+
+
+def system_names(systems_dir: Path = SYSTEMS_DIR) -> list[str]:
+    return sorted(p.stem for p in systems_dir.glob("*.toml"))
+
+
+def load_profile(name: str, systems_dir: Path = SYSTEMS_DIR) -> Profile:
+    """The profile ``jobs/systems/NAME.toml``, validated (:class:`UsageError` if not)."""
+    path = systems_dir / f"{name}.toml"
+    if not _NAME_RE.match(name) or not path.is_file():
+        known = ", ".join(system_names(systems_dir)) or "none"
+        raise UsageError(f"unknown system {name!r}: choose one of {known}")
+    return parse_profile(load_toml(path), path)
+
+
+def load_fabric(name: str) -> Fabric:
+    """Just the fabric constants of system ``name`` (what the cost model needs)."""
+    return load_profile(name).fabric
+
+
+def _walltime_field(t: _Table, key: str) -> int | None:
+    text = t.str(key)
+    return None if text is None else parse_walltime(text)
+
+
+def _limit(t: _Table) -> Limit:
+    lim = Limit(t.int("max_nodes"), _walltime_field(t, "max_walltime"))
+    if lim.max_nodes is not None and lim.max_nodes < 1:
+        raise UsageError(f"{t.where}: max_nodes must be at least 1")
+    return lim
+
+
+def _site_key(name: str, t: _Table) -> SiteKey:
+    if not _ENV_NAME_RE.match(name) or name != name.lower():
+        raise UsageError(f"{t.where}: site key {name!r} must be lower_case_with_underscores")
+    key = SiteKey(
+        name=name,
+        help=t.str("help", ""),
+        default=t.str("default", ""),
+        required=t.bool("required"),
+        multinode_only=t.bool("multinode_only"),
+        env=t.str("env"),
+        option=t.str("option"),
+    )
+    t.done()
+    if key.env is not None and not _ENV_NAME_RE.match(key.env):
+        raise UsageError(f"{t.where}: env {key.env!r} is not a variable name")
+    if key.option is not None and not re.match(r"^[a-z][a-z0-9-]*$", key.option):
+        raise UsageError(f"{t.where}: option {key.option!r}: give the long name, e.g. 'account'")
+    if key.env and key.option:
+        raise UsageError(f"{t.where}: give env or option, not both")
+    return key
+
+
+def _env_map(t: _Table, key: str) -> dict[str, str]:
+    env = t.str_map(key)
+    for name in env:
+        if not _ENV_NAME_RE.match(name):
+            raise UsageError(f"{t.where} [{key}]: {name!r} is not a variable name")
+    return env
+
+
+def parse_profile(data: Mapping, path: Path) -> Profile:
+    """Validate profile ``data`` (read from ``path``) into a :class:`Profile`."""
+    top = _Table(data, str(path))
+    name = top.str("name", required=True)
+    if name != path.stem:
+        raise UsageError(f"{path}: name {name!r} must match the file name {path.stem!r}")
+    description = top.str("description", required=True)
+    if top.str("scheduler", "slurm") != "slurm":
+        raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
+
+    dev = top.table("devices", required=True)
+    backend = dev.str("backend", required=True)
+    if backend not in BACKENDS:
+        raise UsageError(f"{dev.where}: backend must be one of {', '.join(BACKENDS)}")
+    vendor, model = dev.str("vendor", required=True), dev.str("model", required=True)
+    gpus = dev.int("gpus_per_node", required=True)
+    servers = dev.int("servers_per_node", 1)
+    if gpus < 1 or servers < 1:
+        raise UsageError(f"{dev.where}: gpus_per_node and servers_per_node must be >= 1")
+    if servers > 1 and backend != "cpu":
+        raise UsageError(f"{dev.where}: servers_per_node > 1 only emulates (backend cpu)")
+    dev.done()
+
+    nics = top.table("nics", required=True)
+    nic_model = nics.str("model", required=True)
+    nics.done()
+
+    res = top.table("resources", required=True)
+    cpus_per_task = res.int("cpus_per_task")
+    gpu_option = res.str("gpu_option", "gpus-per-node")
+    if gpu_option not in GPU_OPTIONS:
+        raise UsageError(f"{res.where}: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
+    exclusive = res.bool("exclusive")
+    forbidden = tuple(canonical_option(o, res.where) for o in res.strs("forbidden"))
+    res.done()
+
+    launch = top.table("launch", required=True)
+    default_launcher = launch.str("default", required=True)
+    launchers = {}
+    for lname in sorted(set(launch.data) - {"default"}):
+        if lname not in LAUNCHERS:
+            raise UsageError(f"{launch.where}: unknown launcher {lname!r} ({', '.join(LAUNCHERS)})")
+        lt = launch.table(lname)
+        launchers[lname] = Launcher(lname, lt.str("command", lname), lt.strs("options"))
+        lt.done()
+    if default_launcher not in launchers:
+        raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
+    launch.done()
+
+    run = top.table("run", required=True)
+    python = run.str("python", required=True)
+    modules = run.strs("modules")
+    pre_run, post_run = run.strs("pre_run"), run.strs("post_run")
+    extra_sbatch = run.strs("extra_sbatch")
+    run.done()
+
+    env = _env_map(top, "env")
+    env_multinode = _env_map(top, "env_multinode")
+    env_partial = _env_map(top, "env_partial_node")
+
+    site_t = top.table("site")
+    site = {k: _site_key(k, site_t.table(k)) for k in sorted(site_t.data)}
+    site_t.used.update(site_t.data)
+    if "python" in site:
+        raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
+    site["python"] = SiteKey("python", "the Python that runs commbench on the nodes", python)
+
+    lim_t = top.table("limits", required=True)
+    part_t, qos_t = lim_t.table("partition"), lim_t.table("qos")
+    limits = _limit(lim_t)
+    partition_limits = {p: _limit(part_t.table(p)) for p in part_t.data}
+    qos_limits = {q: _limit(qos_t.table(q)) for q in qos_t.data}
+    part_t.used.update(part_t.data)
+    qos_t.used.update(qos_t.data)
+    lim_t.done()
+
+    fab = top.table("fabric", required=True)
+    fabric = Fabric(
+        scaleup=fab.str("scaleup", required=True),
+        scaleup_GBps=fab.num("scaleup_GBps"),
+        scaleup_peer_GBps=fab.num("scaleup_peer_GBps"),
+        scaleup_latency_us=fab.num("scaleup_latency_us"),
+        scaleout=fab.str("scaleout", required=True),
+        scaleout_GBps=fab.num("scaleout_GBps"),
+        scaleout_latency_us=fab.num("scaleout_latency_us"),
+        nics_per_node=fab.int("nics_per_node", required=True),
+        stage_cost_us=fab.num("stage_cost_us"),
+    )
+    fab.done()
+
+    calibration = None
+    if "calibration" in top.data:
+        cal = top.table("calibration")
+        calibration = Calibration(
+            collective=cal.str("collective", "allreduce"),
+            impl=cal.str("impl", required=True),
+            size=format_size(parse_size(cal.str("size", "1M"))),
+            pattern=cal.str("pattern", required=True),
+        )
+        cal.done()
+        re.compile(calibration.pattern)
+    top.done()
+
+    profile = Profile(
+        name=name,
+        description=description,
+        path=path,
+        backend=backend,
+        vendor=vendor,
+        model=model,
+        gpus_per_node=gpus,
+        servers_per_node=servers,
+        nic_model=nic_model,
+        cpus_per_task=cpus_per_task,
+        gpu_option=gpu_option,
+        exclusive=exclusive,
+        forbidden=forbidden,
+        launcher=default_launcher,
+        launchers=launchers,
+        python=python,
+        modules=modules,
+        env=env,
+        env_multinode=env_multinode,
+        env_partial_node=env_partial,
+        pre_run=pre_run,
+        post_run=post_run,
+        extra_sbatch=extra_sbatch,
+        site=site,
+        limits=limits,
+        partition_limits=partition_limits,
+        qos_limits=qos_limits,
+        fabric=fabric,
+        calibration=calibration,
+        data=data,
+    )
+    for opt in extra_sbatch:
+        check_extra_option(profile, opt, str(path))
+    return profile
+
+
+# ---------------------------------------------------------------- site values
+
+#: What a user's site file may set for a system besides its site keys.
+SITE_FILE_EXTRAS = ("modules", "pre_run", "post_run", "extra_sbatch", "max_nodes", "max_walltime")
+
+
+def read_site_file(path: Path | None, environ: Mapping[str, str]) -> tuple[Path | None, dict]:
+    """The user's override file: ``path``, else ``$COMMBENCH_SITE_FILE``, else the default.
+
+    An explicit path must exist; the default one is optional. One table per system.
+    """
+    explicit = path or environ.get("COMMBENCH_SITE_FILE")
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.is_file():
+            raise UsageError(f"site file {p} does not exist")
+        return p, load_toml(p)
+    p = DEFAULT_SITE_FILE.expanduser()
+    return (p, load_toml(p)) if p.is_file() else (None, {})
+
+
+def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profile, dict[str, str]]:
+    """Apply a site file's ``[SYSTEM]`` table: returns the profile and its site values."""
+    t = _Table(table, f"{where} [{profile.name}]")
+    values = {}
+    for key in profile.site:
+        value = t.str(key) if key in t.data else None
+        if value is not None:
+            values[key] = value
+    changes: dict[str, Any] = {}
+    for key in ("modules", "pre_run", "post_run", "extra_sbatch"):
+        if key in t.data:
+            changes[key] = t.strs(key)
+    if "max_nodes" in t.data or "max_walltime" in t.data:
+        lim = profile.limits
+        changes["limits"] = Limit(
+            t.int("max_nodes", lim.max_nodes),
+            _walltime_field(t, "max_walltime") or lim.max_walltime_s,
+        )
+    extra = sorted(set(t.data) - t.used)
+    if extra:
+        allowed = ", ".join([*profile.site, *SITE_FILE_EXTRAS])
+        raise UsageError(f"{t.where}: unknown key(s) {', '.join(extra)} (allowed: {allowed})")
+    profile = dataclasses.replace(profile, **changes)
+    for opt in profile.extra_sbatch:
+        check_extra_option(profile, opt, t.where)
+    return profile, values
+
+
+def placeholders(repo: Path, bindir: Path) -> dict[str, str]:
+    return {"repo": str(repo), "bin": str(bindir)}
+
+
+def expand(text: str, places: Mapping[str, str]) -> str:
+    """``{repo}`` (this source tree) and ``{bin}`` (the running Python's bin directory)."""
+    for name, value in places.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+def resolve_site(
+    profile: Profile,
+    given: Mapping[str, str],
+    environ: Mapping[str, str],
+    file_values: Mapping[str, str],
+    nodes: int,
+    places: Mapping[str, str],
+) -> dict[str, str]:
+    """Site values by precedence: flag, ``COMMBENCH_NAME``, site file, profile default.
+
+    A required value that is missing (for ``multinode_only`` keys: in a multi-node job)
+    is an error that says the three ways to give it. Placeholders in values are
+    expanded (:func:`expand`).
+    """
+    unknown = sorted(set(given) - set(profile.site))
+    if unknown:
+        raise UsageError(
+            f"{profile.name} has no site value {unknown[0]!r}: "
+            f"it takes {', '.join(sorted(profile.site))}"
+        )
+    values = {}
+    for name, key in profile.site.items():
+        for source in (given.get(name), environ.get(key.environ_name), file_values.get(name)):
+            if source is not None and source != "":
+                value = source
+                break
+        else:
+            value = key.default
+        if key.required and not value and (nodes > 1 or not key.multinode_only):
+            what = f" ({key.help})" if key.help else ""
+            when = " for a multi-node job" if key.multinode_only else ""
+            raise UsageError(
+                f"{profile.name} needs {name}{what}{when}: give --set {name}=VALUE, "
+                f'set {key.environ_name}, or put {name} = "..." under [{profile.name}] '
+                f"in {DEFAULT_SITE_FILE}"
+            )
+        value = expand(value, places)
+        quote(value)  # refuses newlines
+        values[name] = value
+    return values
+
+
+# ---------------------------------------------------------------- allocation
+
+
+def parse_walltime(text: str) -> int:
+    """Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) -> seconds."""
+    m = _WALLTIME_RE.match(str(text).strip())
+    if not m:
+        raise UsageError(f"bad walltime {text!r}: use HH:MM:SS, MM or D-HH:MM:SS")
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # HH:MM:SS
+        seconds = a * 3600 + b * 60 + c
+    elif b is not None:  # MM:SS
+        seconds = a * 60 + b
+    else:  # MM
+        seconds = a * 60
+    if seconds <= 0:
+        raise UsageError(f"walltime {text!r} must be positive")
+    return seconds
+
+
+def format_walltime(seconds: int) -> str:
+    days, rest = divmod(int(seconds), 86400)
+    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{hms}" if days else hms
+
+
+def parse_nodes(text: str) -> list[int]:
+    """``"2,4,8"`` -> ``[2, 4, 8]`` (one job per node count)."""
+    counts = []
+    for part in str(text).split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            raise UsageError(f"--nodes {text!r}: give node counts like 4 or 2,4,8") from None
+        if n < 1:
+            raise UsageError(f"--nodes {text!r}: node counts must be at least 1")
+        if n in counts:
+            raise UsageError(f"--nodes {text!r}: {n} appears twice")
+        counts.append(n)
+    return counts
+
+
+@dataclass(frozen=True)
+class Allocation:
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int | None
+    gpus_per_node: int  # GPUs requested from Slurm per node (0: none requested)
+    walltime_s: int
+
+    @property
+    def ntasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def multinode(self) -> bool:
+        return self.nodes > 1
+
+
+def compute_allocation(
+    profile: Profile,
+    nodes: int,
+    walltime_s: int,
+    tasks_per_node: int | None = None,
+    cpus_per_task: int | None = None,
+) -> Allocation:
+    """One rank per GPU (per emulated GPU on ``cpu`` profiles), unless told fewer."""
+    full = profile.gpus_per_node * profile.servers_per_node
+    tpn = full if tasks_per_node is None else tasks_per_node
+    if not 1 <= tpn <= full:
+        raise UsageError(
+            f"--tasks-per-node {tpn}: {profile.name} has {full} GPU(s) per node; give 1..{full}"
+        )
+    if profile.emulated and tpn % profile.gpus_per_node:
+        raise UsageError(
+            f"--tasks-per-node {tpn} must be a multiple of the {profile.gpus_per_node} "
+            f"emulated GPUs per server of {profile.name}"
+        )
+    cpt = cpus_per_task if cpus_per_task is not None else profile.cpus_per_task
+    if cpt is not None and cpt < 1:
+        raise UsageError(f"--cpus-per-task must be at least 1 (got {cpt})")
+    gpus = 0 if profile.emulated or profile.gpu_option == "none" else tpn
+    return Allocation(nodes, tpn, cpt, gpus, walltime_s)
+
+
+def validate_allocation(profile: Profile, alloc: Allocation, site: Mapping[str, str]) -> None:
+    """Check the allocation against every limit that applies; the error names the limit."""
+    checks = [(f"{profile.name}'s [limits]", profile.limits)]
+    partition, qos = site.get("partition", ""), site.get("qos", "")
+    if partition in profile.partition_limits:
+        checks.append((f"partition {partition!r}", profile.partition_limits[partition]))
+    if qos in profile.qos_limits:
+        checks.append((f"QOS {qos!r}", profile.qos_limits[qos]))
+    for what, lim in checks:
+        if lim.max_nodes is not None and alloc.nodes > lim.max_nodes:
+            raise UsageError(
+                f"{alloc.nodes} nodes exceeds max_nodes = {lim.max_nodes} of {what} "
+                f"({profile.path.name}): use at most {lim.max_nodes} nodes"
+            )
+        if lim.max_walltime_s is not None and alloc.walltime_s > lim.max_walltime_s:
+            raise UsageError(
+                f"walltime {format_walltime(alloc.walltime_s)} exceeds max_walltime = "
+                f"{format_walltime(lim.max_walltime_s)} of {what} ({profile.path.name}): "
+                "give a shorter -t"
+            )
+
+
+def canonical_option(text: str, where: str = "option") -> str:
+    """``--mem=4G`` / ``--mem`` / ``-c`` -> the long name (``mem``, ``cpus-per-task``)."""
+    text = text.strip()
+    if text in OPTION_ALIASES:
+        return OPTION_ALIASES[text]
+    m = _OPTION_RE.match(text)
+    if not m:
+        raise UsageError(f"{where}: {text!r} is not an sbatch option: write --name or --name=value")
+    return OPTION_ALIASES.get(f"--{m.group(1)}", m.group(1))
+
+
+def check_extra_option(profile: Profile, text: str, where: str) -> None:
+    """An ``extra_sbatch`` entry: long form, and not one the system rejects."""
+    m = _OPTION_RE.match(text)
+    if not m:
+        raise UsageError(f"{where}: {text!r} is not an sbatch option: write --name or --name=value")
+    name = canonical_option(text, where)
+    if name in profile.forbidden:
+        raise UsageError(f"{profile.name} rejects sbatch option --{name} ({where}): remove it")
+
+
+def sbatch_options(
+    profile: Profile,
+    alloc: Allocation,
+    site: Mapping[str, str],
+    job_name: str,
+    output: str,
+    extra: Iterable[str] = (),
+) -> list[tuple[str, str | None]]:
+    """The ``#SBATCH`` options as (long name, value or None); forbidden ones refused."""
+    opts: list[tuple[str, str | None]] = [
+        ("job-name", job_name),
+        ("nodes", str(alloc.nodes)),
+        ("ntasks", str(alloc.ntasks)),
+        ("ntasks-per-node", str(alloc.tasks_per_node)),
+    ]
+    if alloc.cpus_per_task is not None:
+        opts.append(("cpus-per-task", str(alloc.cpus_per_task)))
+    if alloc.gpus_per_node:
+        if profile.gpu_option == "gpus-per-node":
+            opts.append(("gpus-per-node", str(alloc.gpus_per_node)))
+        elif profile.gpu_option == "gres":
+            opts.append(("gres", f"gpu:{alloc.gpus_per_node}"))
+    opts.append(("time", format_walltime(alloc.walltime_s)))
+    for name, key in profile.site.items():
+        option = None if key.env else (key.option or ACCESS_OPTIONS.get(name))
+        if option and site.get(name):
+            opts.append((option, site[name]))
+    if profile.exclusive:
+        opts.append(("exclusive", None))
+    opts.append(("output", output))
+    for text in [*profile.extra_sbatch, *extra]:
+        check_extra_option(profile, text, "extra sbatch options")
+        m = _OPTION_RE.match(text)
+        opts.append((canonical_option(text), m.group(2)))
+    for name, _ in opts:
+        if name in profile.forbidden:
+            raise UsageError(
+                f"{profile.name} rejects sbatch option --{name}: "
+                f"check [resources] and [site] in {profile.path.name}"
+            )
+    return opts
+
+
+def format_sbatch_option(name: str, value: str | None) -> Shell:
+    """``-C gpu``, ``--gpus-per-node=4``: short forms where the sites' docs use them."""
+    if value is None:
+        return Shell(f"--{name}")
+    if name in SHORT_OPTIONS:
+        return Shell(f"{SHORT_OPTIONS[name]} {quote(value)}")
+    return Shell(f"--{name}={quote(value)}")
+
+
+# ---------------------------------------------------------------- experiments
+
+#: Step keys and their kinds ("size" takes 65536 or "64K").
+_STEP_FIELDS = {
+    "collective": "str",
+    "min": "size",
+    "max": "size",
+    "factor": "int",
+    "iters": "int",
+    "warmup": "int",
+    "check": "int",
+    "dtype": "str",
+    "workload": "str",
+    "timing": "str",
+    "average": "int",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``commbench run`` sweep, run once per implementation."""
+
+    collective: str
+    impls: Mapping[str, tuple[str, ...]]  # backend -> implementation names
+    min: str = "1K"
+    max: str = "1M"
+    factor: int = 2
+    iters: int = 20
+    warmup: int = 5
+    check: int = 1
+    dtype: str | None = None
+    workload: str | None = None
+    timing: str | None = None
+    average: int | None = None
+    by_system: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_system(self, system: str) -> Step:
+        """This step with ``by_system.SYSTEM`` overrides applied (and re-validated)."""
+        over = self.by_system.get(system)
+        if not over:
+            return self
+        return _validate_step(dataclasses.replace(self, **over, by_system={}), f"step for {system}")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    walltime_s: int
+    steps: tuple[Step, ...]
+
+
+def _validate_step(step: Step, where: str) -> Step:
+    if step.collective not in COLLECTIVES:
+        raise UsageError(f"{where}: collective must be one of {', '.join(COLLECTIVES)}")
+    for backend, names in step.impls.items():
+        if backend not in BACKENDS:
+            raise UsageError(f"{where}: impls has unknown backend {backend!r}")
+        for n in names:
+            if not _NAME_RE.match(n):
+                raise UsageError(f"{where}: bad implementation name {n!r}")
+    lo, hi = parse_size(step.min), parse_size(step.max)
+    if lo > hi:
+        raise UsageError(f"{where}: min {step.min} is larger than max {step.max}")
+    if step.factor < 2 or step.iters < 1 or step.warmup < 0 or step.check not in (0, 1):
+        raise UsageError(f"{where}: need factor >= 2, iters >= 1, warmup >= 0, check 0 or 1")
+    if step.timing not in (None, "pipelined", "latency"):
+        raise UsageError(f"{where}: timing must be pipelined or latency")
+    if step.average not in (None, 0, 1, 2, 3):
+        raise UsageError(f"{where}: average (-a) must be 0, 1, 2 or 3")
+    if step.dtype is not None:
+        from suite.backends.dtypes import parse_dtype
+
+        parse_dtype(step.dtype)
+    if step.workload is not None:
+        if step.collective != "alltoallv":
+            raise UsageError(f"{where}: workload applies to alltoallv only")
+        from suite.workloads import expand_workloads
+
+        expand_workloads(step.workload)
+    return step
+
+
+def _step_fields(t: _Table) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, kind in _STEP_FIELDS.items():
+        if key not in t.data:
+            continue
+        if kind == "int":
+            out[key] = t.int(key)
+        elif kind == "str":
+            out[key] = t.str(key)
+        else:
+            value = t._get(key, None, False)
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise UsageError(f'{t.where}: {key} must be a size like 65536 or "64K"')
+            out[key] = format_size(parse_size(value))
+    return out
+
+
+def parse_step(data: Mapping, where: str) -> Step:
+    t = _Table(data, where)
+    fields = _step_fields(t)
+    if "collective" not in fields:
+        raise UsageError(f"{where}: missing key 'collective'")
+    impls_t = t.table("impls", required=True)
+    impls = {backend: impls_t.strs(backend) for backend in impls_t.data}
+    by_t = t.table("by_system")
+    by_system = {}
+    for system in by_t.data:
+        sub = by_t.table(system)
+        over = _step_fields(sub)
+        sub.done()
+        if "collective" in over:
+            raise UsageError(f"{sub.where}: the collective cannot change per system")
+        by_system[system] = over
+    by_t.used.update(by_t.data)
+    t.done()
+    step = _validate_step(Step(impls=impls, by_system=by_system, **fields), where)
+    for system in by_system:
+        step.for_system(system)
+    return step
+
+
+def load_experiments(path: Path = EXPERIMENTS_FILE) -> dict[str, Experiment]:
+    """Every experiment in ``jobs/experiments.toml``, validated."""
+    out = {}
+    for name, data in load_toml(path).items():
+        where = f"{path} [{name}]"
+        if not _NAME_RE.match(name):
+            raise UsageError(f"{where}: experiment names use letters, digits, '.', '_', '-'")
+        t = _Table(data, where)
+        steps_data = t._get("steps", None, True)
+        if not isinstance(steps_data, list) or not steps_data:
+            raise UsageError(f"{where}: steps must be a non-empty array of tables")
+        out[name] = Experiment(
+            name=name,
+            description=t.str("description", required=True),
+            walltime_s=parse_walltime(t.str("walltime", required=True)),
+            steps=tuple(parse_step(s, f"{where} step {i + 1}") for i, s in enumerate(steps_data)),
+        )
+        t.done()
+    return out
+
+
+def load_experiment(name: str, path: Path = EXPERIMENTS_FILE) -> Experiment:
+    experiments = load_experiments(path)
+    if name not in experiments:
+        raise UsageError(
+            f"unknown experiment {name!r}: choose one of {', '.join(sorted(experiments))}"
+        )
+    return experiments[name]
+
+
+def custom_experiment(
+    collective: str,
+    impls: list[str],
+    backend: str,
+    available: Mapping[tuple[str, str], tuple[str, ...]],
+    walltime_s: int,
+    **step_fields: Any,
+) -> Experiment:
+    """An experiment from ``render`` run options; unknown implementations are errors here."""
+    step = _validate_step(
+        Step(collective=collective, impls={backend: tuple(impls)}, **step_fields), "run options"
+    )
+    if not impls:
+        raise UsageError("give --impl NAME[,NAME...] with --collective")
+    for name in impls:
+        backends = available.get((collective, name))
+        if backends is None:
+            known = ", ".join(sorted(n for c, n in available if c == collective)) or "none"
+            raise UsageError(f"unknown implementation {name!r} of {collective} (known: {known})")
+        if backend not in backends:
+            raise UsageError(
+                f"implementation {name!r} does not run on backend {backend!r} "
+                f"(it runs on {', '.join(backends)})"
+            )
+    return Experiment("custom", f"{collective} {','.join(impls)}", walltime_s, (step,))
+
+
+def registered_implementations() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(collective, name) -> backends, from :mod:`kernels.registry`."""
+    from kernels.registry import implementations
+
+    return {(s.collective, s.name): tuple(s.backends) for s in implementations()}
+
+
+# ---------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    name: str  # also the log file's stem: "01-allreduce-nvrar"
+    collective: str
+    impl: str
+    args: tuple[str, ...]  # after `python -m suite run`
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def step_args(step: Step, impl: str, backend: str, gpus_per_node: int | None, out: str) -> list:
+    args = [step.collective, "--impl", impl, "--backend", backend]
+    if gpus_per_node is not None:
+        args += ["--gpus-per-node", str(gpus_per_node)]
+    args += ["-b", step.min, "-e", step.max, "-f", str(step.factor)]
+    args += ["-n", str(step.iters), "-w", str(step.warmup), "-c", str(step.check)]
+    if step.dtype:
+        args += ["-d", step.dtype]
+    if step.average is not None:
+        args += ["-a", str(step.average)]
+    if step.timing:
+        args += ["--timing", step.timing]
+    if step.workload:
+        args += ["--workload", step.workload]
+    return [*args, "--out", out]
+
+
+def plan_runs(
+    experiment: Experiment,
+    profile: Profile,
+    available: Mapping[tuple[str, str], tuple[str, ...]],
+    results_file: str,
+) -> tuple[list[RunCommand], list[str]]:
+    """The runs of ``experiment`` on ``profile``, and the implementations skipped (why)."""
+    runs, skipped = [], []
+    gpn = profile.gpus_per_node if profile.emulated else None
+    for step in experiment.steps:
+        step = step.for_system(profile.name)
+        for impl in step.impls.get(profile.backend, ()):
+            backends = available.get((step.collective, impl))
+            if backends is None:
+                skipped.append(f"{step.collective} {impl}: not registered")
+                continue
+            if profile.backend not in backends:
+                skipped.append(
+                    f"{step.collective} {impl}: does not run on {profile.backend} "
+                    f"(runs on {','.join(backends)})"
+                )
+                continue
+            name = f"{len(runs) + 1:02d}-{step.collective}-{_slug(impl)}"
+            args = step_args(step, impl, profile.backend, gpn, results_file)
+            runs.append(RunCommand(name, step.collective, impl, tuple(args)))
+    if not runs:
+        why = "; ".join(skipped) or f"no implementations listed for backend {profile.backend}"
+        raise UsageError(
+            f"experiment {experiment.name} has nothing to run on {profile.name}: {why}"
+        )
+    return runs, skipped
+
+
+def new_run_id(label: str, nodes: int, now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"{label}-n{nodes}-{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(2)}"
+
+
+def check_run_id(run_id: str) -> str:
+    if not _NAME_RE.match(run_id) or len(run_id) > 128:
+        raise UsageError(f"bad run id {run_id!r}: use letters, digits, '.', '_', '+' and '-'")
+    return run_id
+
+
+@dataclass(frozen=True)
+class Job:
+    system: str
+    run_id: str
+    run_dir: Path
+    script: str
+    allocation: Allocation
+    launcher: str
+    runs: tuple[RunCommand, ...]
+    skipped: tuple[str, ...]
+
+    @property
+    def script_path(self) -> Path:
+        return self.run_dir / SCRIPT_NAME
+
+
+SCRIPT_NAME = "job.sh"
+RESULTS_NAME = "results.jsonl"
+
+
+def template_environment(templates_dir: Path = TEMPLATES_DIR):
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=shell_finalize,
+        # bash's ${#array[@]} would open a default {# comment #}
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+
+
+def _env_lines(profile: Profile, alloc: Allocation, site: Mapping[str, str]) -> list:
+    env = dict(profile.env)
+    if alloc.multinode:
+        env.update(profile.env_multinode)
+    if not profile.emulated and alloc.tasks_per_node < profile.gpus_per_node:
+        env.update(profile.env_partial_node)
+    for name, key in profile.site.items():
+        if key.env and site.get(name) and (alloc.multinode or not key.multinode_only):
+            env[key.env] = site[name]
+    return sorted(env.items())
+
+
+def render_job(
+    profile: Profile,
+    experiment: Experiment,
+    alloc: Allocation,
+    site: Mapping[str, str],
+    *,
+    run_id: str,
+    repo: Path,
+    bindir: Path,
+    results_root: Path,
+    available: Mapping[tuple[str, str], tuple[str, ...]],
+    launcher: str | None = None,
+    extra_sbatch: Iterable[str] = (),
+    templates_dir: Path = TEMPLATES_DIR,
+) -> Job:
+    """The batch script for one allocation (pure: writes nothing).
+
+    ``repo`` is where the jobs will find this source tree, ``bindir`` the ``bin``
+    directory of the Python environment they use (for ``{repo}`` and ``{bin}``).
+    """
+    places = placeholders(repo, bindir)
+    check_run_id(run_id)
+    launcher = launcher or profile.launcher
+    if launcher not in profile.launchers:
+        raise UsageError(
+            f"{profile.name} does not launch with {launcher!r}: "
+            f"use {', '.join(sorted(profile.launchers))}"
+        )
+    validate_allocation(profile, alloc, site)
+    run_dir = Path(results_root) / profile.name / run_id
+    results_file = str(run_dir / RESULTS_NAME)
+    runs, skipped = plan_runs(experiment, profile, available, results_file)
+    sbatch = [
+        format_sbatch_option(n, v)
+        for n, v in sbatch_options(
+            profile,
+            alloc,
+            site,
+            job_name=f"cb-{experiment.name}-n{alloc.nodes}",
+            output=str(run_dir / "slurm-%j.out"),
+            extra=extra_sbatch,
+        )
+    ]
+    spec = profile.launchers[launcher]
+    calibration = None
+    cal = profile.calibration
+    if cal and alloc.multinode and not profile.emulated:
+        calibration = {
+            "pattern": cal.pattern,
+            "args": [cal.collective, "--impl", cal.impl, "--backend", profile.backend]
+            + ["-b", cal.size, "-e", cal.size, "-n", "5", "-w", "2", "-c", "1"]
+            + ["--out", str(run_dir / "calibration.jsonl")],
+        }
+    context = {
+        "system": profile.name,
+        "experiment": experiment.name,
+        "run_id": run_id,
+        "launcher": launcher,
+        "nodes": alloc.nodes,
+        "ntasks": alloc.ntasks,
+        "tasks_per_node": alloc.tasks_per_node,
+        "sbatch": sbatch,
+        "run_dir": str(run_dir),
+        "repo": str(repo),
+        "python": site["python"],
+        "modules": list(profile.modules),
+        "env": _env_lines(profile, alloc, site),
+        "pre_run": [Shell(line) for line in profile.pre_run],
+        "post_run": [Shell(line) for line in profile.post_run],
+        "launch_command": expand(spec.command, places),
+        "launch_options": list(spec.options),
+        "calibration": calibration,
+        "runs": [{"name": r.name, "args": list(r.args)} for r in runs],
+        "skipped": skipped,
+    }
+    script = template_environment(templates_dir).get_template(f"{launcher}.sh.j2").render(context)
+    return Job(profile.name, run_id, run_dir, script, alloc, launcher, tuple(runs), tuple(skipped))
+
+
+def write_job(job: Job) -> Path:
+    """Create the run directory and write the script (executable) into it."""
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    path = job.script_path
+    if path.exists():
+        raise UsageError(f"{path} exists: choose another --run-id")
+    path.write_text(job.script)
+    path.chmod(0o755)
+    return path
+
+
+# ---------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class RunState:
+    system: str
+    run_id: str
+    run_dir: Path
+    job_id: str | None
+    sentinel: str  # "ready", "error" or "" (none yet)
+    error: str  # the error sentinel's text
+
+
+def scan_runs(results_root: Path) -> list[RunState]:
+    """Every rendered job under ``results_root/SYSTEM/RUN_ID/``, oldest first."""
+    states = []
+    for script in sorted(Path(results_root).glob(f"*/*/{SCRIPT_NAME}")):
+        states.append(read_run_state(script.parent))
+    return sorted(states, key=lambda s: s.run_dir.stat().st_mtime)
+
+
+def read_run_state(run_dir: Path) -> RunState:
+    job_file, error_file = run_dir / "job-id", run_dir / "error"
+    job_id = job_file.read_text().strip() if job_file.is_file() else None
+    if error_file.is_file():
+        sentinel, error = "error", error_file.read_text().strip()
+    elif (run_dir / "ready").is_file():
+        sentinel, error = "ready", ""
+    else:
+        sentinel, error = "", ""
+    return RunState(run_dir.parent.name, run_dir.name, run_dir, job_id, sentinel, error)

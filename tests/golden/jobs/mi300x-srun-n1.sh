@@ -1,0 +1,97 @@
+#!/bin/bash
+# commbench job golden: experiment interconnect on mi300x, 1 node(s) x 8 rank(s), srun
+# Rendered by `commbench jobs render`; every value is shell-quoted. Re-render rather than edit.
+#SBATCH -J cb-interconnect-n1
+#SBATCH -N 1
+#SBATCH -n 8
+#SBATCH --ntasks-per-node=8
+#SBATCH -c 16
+#SBATCH --gpus-per-node=8
+#SBATCH -t 00:30:00
+#SBATCH --exclusive
+#SBATCH -o /scratch/results/mi300x/golden/slurm-%j.out
+
+set -uo pipefail
+
+RUN_DIR=/scratch/results/mi300x/golden
+REPO=/opt/commbench
+PYTHON=python3
+export COMMBENCH_SYSTEM=mi300x
+export COMMBENCH_RUN_ID=golden
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+failures=()
+
+# The sentinel: `ready` when every step succeeded, `error` (with the reasons) otherwise.
+finish() {
+    local status=$?
+    cd "$RUN_DIR" || return
+    if [ "$status" -eq 0 ] && [ "${#failures[@]}" -eq 0 ]; then
+        date -u +%Y-%m-%dT%H:%M:%SZ >ready
+    else
+        {
+            echo "exit status $status"
+            printf '%s\n' "${failures[@]}"
+        } >error
+    fi
+}
+trap finish EXIT
+trap 'failures+=("terminated by SIGTERM (time limit or scancel)"); exit 143' TERM
+
+mkdir -p "$RUN_DIR/logs" && cd "$RUN_DIR" || exit 1
+rm -f ready error
+
+# srun starts one rank per task; binding options come from the system profile.
+launch() {
+    srun --mpi=pmix --cpu-bind=cores --nodes=1 --ntasks=8 --ntasks-per-node=8 "$@"
+}
+
+# Run one step on every rank; its output goes to logs/NAME.log and to the job's output.
+run_step() {
+    local name=$1
+    shift
+    echo "[$(date -u +%H:%M:%S)] $name"
+    launch "$@" 2>&1 | tee "logs/$name.log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ]; then
+        failures+=("$name: exit status $rc (logs/$name.log)")
+    fi
+}
+
+if ! module load rocm; then
+    failures+=("module load failed")
+    exit 1
+fi
+export HSA_FORCE_FINE_GRAIN_PCIE=1
+export NCCL_IB_GID_INDEX=3
+export NCCL_SOCKET_IFNAME=eth0
+rocm_version=$(cat "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null || echo unknown)
+rccl_libs=("${ROCM_PATH:-/opt/rocm}"/lib/librccl.so.*)
+echo "rocm $rocm_version; rccl ${rccl_libs[*]}" >rccl-version.txt
+case "$rocm_version" in 6.* | 7.0.*) export RCCL_MSCCL_ENABLE="${RCCL_MSCCL_ENABLE:-0}" ;; *) unset RCCL_MSCCL_ENABLE ;; esac
+
+# What the job ran on, next to its results.
+env | sort >env.txt
+if type module >/dev/null 2>&1; then
+    module list >module-list.txt 2>&1
+else
+    echo "no module command on $(hostname)" >module-list.txt
+fi
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi topo -m >topology.txt 2>&1
+elif command -v rocm-smi >/dev/null 2>&1; then
+    rocm-smi --showtopo >topology.txt 2>&1
+fi
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+    scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
+fi
+printf '%s\n' 'alltoallv fast: not registered' >skipped.txt
+echo "skipped (see skipped.txt):"
+cat skipped.txt
+
+run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 02-allreduce-rccl "$PYTHON" -m suite run allreduce --impl rccl --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl

@@ -1,0 +1,107 @@
+#!/bin/bash
+# commbench job golden: experiment interconnect on vista, 4 node(s) x 1 rank(s), ibrun
+# Rendered by `commbench jobs render`; every value is shell-quoted. Re-render rather than edit.
+#SBATCH -J cb-interconnect-n4
+#SBATCH -N 4
+#SBATCH -n 4
+#SBATCH --ntasks-per-node=1
+#SBATCH -t 00:30:00
+#SBATCH -A ABC-123
+#SBATCH -p gh
+#SBATCH -o /scratch/results/vista/golden/slurm-%j.out
+
+set -uo pipefail
+
+RUN_DIR=/scratch/results/vista/golden
+REPO=/opt/commbench
+PYTHON=python3
+export COMMBENCH_SYSTEM=vista
+export COMMBENCH_RUN_ID=golden
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+failures=()
+
+# The sentinel: `ready` when every step succeeded, `error` (with the reasons) otherwise.
+finish() {
+    local status=$?
+    cd "$RUN_DIR" || return
+    if [ "$status" -eq 0 ] && [ "${#failures[@]}" -eq 0 ]; then
+        date -u +%Y-%m-%dT%H:%M:%SZ >ready
+    else
+        {
+            echo "exit status $status"
+            printf '%s\n' "${failures[@]}"
+        } >error
+    fi
+}
+trap finish EXIT
+trap 'failures+=("terminated by SIGTERM (time limit or scancel)"); exit 143' TERM
+
+mkdir -p "$RUN_DIR/logs" && cd "$RUN_DIR" || exit 1
+rm -f ready error
+
+# ibrun (TACC) takes the layout from the allocation (-N, -n).
+launch() {
+    ibrun "$@"
+}
+
+# Run one step on every rank; its output goes to logs/NAME.log and to the job's output.
+run_step() {
+    local name=$1
+    shift
+    echo "[$(date -u +%H:%M:%S)] $name"
+    launch "$@" 2>&1 | tee "logs/$name.log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ]; then
+        failures+=("$name: exit status $rc (logs/$name.log)")
+    fi
+}
+
+if ! module load nvidia ompi cuda python3; then
+    failures+=("module load failed")
+    exit 1
+fi
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+
+# What the job ran on, next to its results.
+env | sort >env.txt
+if type module >/dev/null 2>&1; then
+    module list >module-list.txt 2>&1
+else
+    echo "no module command on $(hostname)" >module-list.txt
+fi
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi topo -m >topology.txt 2>&1
+elif command -v rocm-smi >/dev/null 2>&1; then
+    rocm-smi --showtopo >topology.txt 2>&1
+fi
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+    scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
+fi
+printf '%s\n' 'alltoallv fast: not registered' >skipped.txt
+echo "skipped (see skipped.txt):"
+cat skipped.txt
+
+# Calibration: a short NCCL/RCCL run with NCCL_DEBUG=INFO must show the expected network.
+CALIBRATION_PATTERN='Using network IB'
+(
+    export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
+    launch "$PYTHON" -m suite run allreduce --impl nccl --backend cuda -b 1M -e 1M -n 5 -w 2 -c 1 --out /scratch/results/vista/golden/calibration.jsonl
+) >logs/calibration.log 2>&1
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    failures+=("calibration: exit status $rc (logs/calibration.log)")
+    exit 1
+fi
+if ! grep -Eq -- "$CALIBRATION_PATTERN" logs/calibration.log; then
+    failures+=("calibration: no line of logs/calibration.log matches '$CALIBRATION_PATTERN': the network plugin did not load")
+    exit 1
+fi
+echo "calibration: network OK ($CALIBRATION_PATTERN)"
+
+run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
+run_step 02-allreduce-nccl "$PYTHON" -m suite run allreduce --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
+run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
+run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
+run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl

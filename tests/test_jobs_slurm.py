@@ -1,0 +1,176 @@
+"""Rendered jobs really run: the local profile's script under bash, then under Slurm.
+
+The Slurm tests need `sbatch` and a running local Slurm (``bash jobs/local-slurm.sh
+start``). Without them they are skipped with the reason, except under CI (``CI=true``),
+where a missing Slurm is a failure: CI must run them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite import jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+WAIT_S = 240
+
+
+def render_local(tmp_path: Path, run_id: str, **step) -> jobs.Job:
+    profile = jobs.load_profile("local")
+    available = jobs.registered_implementations()
+    collective = "alltoallv" if "workload" in step else "allreduce"
+    exp = jobs.custom_experiment(collective, ["mpi"], "cpu", available, 300, **step)
+    places = jobs.placeholders(ROOT, Path(sys.executable).parent)
+    site = jobs.resolve_site(profile, {}, {}, {}, 1, places)
+    return jobs.render_job(
+        profile,
+        exp,
+        jobs.compute_allocation(profile, 1, 300),
+        site,
+        run_id=run_id,
+        repo=ROOT,
+        bindir=Path(sys.executable).parent,
+        results_root=tmp_path,
+        available=available,
+    )
+
+
+def run_script(job: jobs.Job) -> subprocess.CompletedProcess:
+    path = jobs.write_job(job)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PRTE_"))}
+    return subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / jobs.RESULTS_NAME).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_local_script_runs_without_slurm_and_writes_ready(tmp_path):
+    job = render_local(tmp_path, "bash-ok", min="1K", max="4K", iters=3, warmup=1)
+    proc = run_script(job)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    d = job.run_dir
+    assert (d / "ready").is_file() and not (d / "error").exists()
+    recs = records(d)
+    assert [r["size_bytes"] for r in recs] == [1024, 2048, 4096]
+    assert {r["system"] for r in recs} == {"local"} and {r["run_id"] for r in recs} == {"bash-ok"}
+    assert all(r["nranks"] == 4 and r["gpus_per_node"] == 2 and r["nwrong"] == 0 for r in recs)
+    for name in ("job.sh", "env.txt", "module-list.txt", "logs/01-allreduce-mpi.log"):
+        assert (d / name).is_file(), name
+    assert "COMMBENCH_RUN_ID=bash-ok" in (d / "env.txt").read_text()
+
+
+def test_failing_step_writes_error_sentinel(tmp_path):
+    job = render_local(
+        tmp_path, "bash-fail", min="1K", max="1K", iters=1, warmup=0, workload="file:/nonexistent"
+    )
+    proc = run_script(job)
+    assert proc.returncode == 0  # the job itself finishes; the sentinel says what failed
+    d = job.run_dir
+    assert not (d / "ready").exists()
+    error = (d / "error").read_text()
+    assert "01-alltoallv-mpi: exit status" in error and "logs/01-alltoallv-mpi.log" in error
+
+
+# ---------------------------------------------------------------- under Slurm
+
+
+def need_slurm() -> None:
+    """Skip with the reason, or fail under CI, when no local Slurm answers."""
+    reason = slurm_missing()
+    if reason:
+        msg = f"{reason}; start it with `bash jobs/local-slurm.sh start`"
+        if IN_CI:
+            pytest.fail(f"CI must run the Slurm job tests: {msg}")
+        pytest.skip(msg)
+
+
+@functools.cache
+def slurm_missing() -> str | None:
+    """Why no local Slurm can take a job, or None (asked once: sinfo retries for seconds)."""
+    reason = None
+    if not shutil.which("sbatch"):
+        reason = "sbatch not found (apt-get install slurm-wlm munge)"
+    else:
+        proc = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=60
+        )
+        states = proc.stdout.split()
+        if proc.returncode != 0 or not any(s in ("idle", "mixed", "allocated") for s in states):
+            return f"no Slurm node up (sinfo: {(proc.stderr or proc.stdout).strip()!r})"
+    return reason
+
+
+def commbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_local_render_passes_sbatch_test_only(tmp_path):
+    need_slurm()
+    args = ["jobs", "submit", "--system", "local", "--nodes", "1"]
+    proc = commbench(*args, "--experiment", "interconnect", "-o", str(tmp_path), "--test-only")
+    assert proc.returncode == 0, proc.stderr
+    assert "to start at" in proc.stdout
+    assert not list(tmp_path.rglob("job.sh"))  # nothing left behind
+
+
+def test_submit_interconnect_on_local_slurm(tmp_path):
+    need_slurm()
+    run_id = f"it-{os.getpid()}"
+    args = ["jobs", "submit", "--system", "local", "--nodes", "1", "--run-id", run_id]
+    proc = commbench(*args, "--experiment", "interconnect", "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    job_id, printed_run, run_dir = proc.stdout.split()
+    assert printed_run == run_id and job_id.isdigit()
+    d = Path(run_dir)
+    assert d == tmp_path / "local" / run_id
+    deadline = time.monotonic() + WAIT_S
+    while not ((d / "ready").exists() or (d / "error").exists()):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id])
+            out = "".join(p.read_text() for p in d.glob("slurm-*.out"))
+            pytest.fail(f"job {job_id} wrote no sentinel in {WAIT_S} s; output:\n{out[-3000:]}")
+        time.sleep(1)
+    out = "".join(p.read_text() for p in d.glob("slurm-*.out"))
+    assert not (d / "error").exists(), (d / "error").read_text() + out[-3000:]
+    assert (d / "job-id").read_text().strip() == job_id
+    for name in (
+        "job.sh",
+        "env.txt",
+        "module-list.txt",
+        "scontrol-show-job.txt",
+        f"slurm-{job_id}.out",
+    ):
+        assert (d / name).is_file(), name
+    assert f"JobId={job_id}" in (d / "scontrol-show-job.txt").read_text()
+    recs = records(d)
+    planned = {(r.collective, r.impl) for r in render_interconnect_plan(tmp_path)}
+    assert {(r["collective"], r["impl"]) for r in recs} == planned
+    assert {r["run_id"] for r in recs} == {run_id} and {r["system"] for r in recs} == {"local"}
+    assert all(r["nwrong"] == 0 for r in recs)
+    status = commbench("jobs", "status", "-o", str(tmp_path), run_id)
+    assert status.returncode == 0 and "ready" in status.stdout
+
+
+def render_interconnect_plan(tmp_path: Path) -> list[jobs.RunCommand]:
+    profile = jobs.load_profile("local")
+    runs, _ = jobs.plan_runs(
+        jobs.load_experiment("interconnect"),
+        profile,
+        jobs.registered_implementations(),
+        str(tmp_path / "x.jsonl"),
+    )
+    return runs
