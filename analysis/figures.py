@@ -470,7 +470,7 @@ def figure_3(
         med, lo, hi = np.median(arr, axis=0), arr.min(axis=0), arr.max(axis=0)
         ranks = np.arange(width)
         spread = med.max() / med.min() if med.min() > 0 else math.inf
-        text = f"{label}: last {med.max():.4g} µs, last/first {spread:.2f}×"
+        text = f"{label}: last {_fmt_us(med.max())}, last/first {spread:.2f}×"
         plot_series(by_rank, ranks, med, lo if len(stack) > 1 else None, hi, text, line_kind)
         order = np.argsort(med)
         style = series_style(label, line_kind)
@@ -685,9 +685,9 @@ def figure_6(
 ) -> Figure:
     """The same workloads across systems, busbw as a fraction of each system's NIC line rate.
 
-    Measured results only. One column per (collective, workload), one line per (system,
-    nodes, implementation); systems with no known line rate (pass ``rates``) are drawn in
-    raw GB/s in a second row. Below: the table of :func:`analysis.tables.line_rate_table`.
+    Measured results only. Panels per (collective, workload), one line per (system, nodes,
+    implementation), colour = system; systems with no known line rate (give ``rates``) get
+    their own panel in raw GB/s. Below: the table of :func:`analysis.tables.line_rate_table`.
     """
     name = "fig6_interconnects"
     title = "Figure 6: interconnect comparison (measured)"
@@ -700,42 +700,42 @@ def figure_6(
             out_dir,
             name,
         )
-    ref = _reference(reference)
-    known = line_rates(ref, rates)
+    known = line_rates(_reference(reference), rates)
     sel = with_series(sel)
     sel["line_rate"] = [line_rate_of(s, known) for s in sel["system"]]
     unknown = sorted(set(sel.loc[sel["line_rate"].isna(), "system"]))
-    contexts, capped = _cap(
-        list(sel.groupby(["collective", "workload_key"], dropna=False)), "panels"
-    )
-    nrows = 2 if unknown else 1
+    panels = []
+    for (collective, wl), ctx in sel.groupby(["collective", "workload_key"], dropna=False):
+        for normalised in (True, False):
+            part = ctx[ctx["line_rate"].notna() == normalised]
+            if not part.empty:
+                panels.append((collective, wl, normalised, part))
+    panels, capped = _cap(panels, "panels")
     table = line_rate_table(sel, known)
-    fig = Figure(
-        figsize=(5.2 * len(contexts), 3.8 * nrows + 0.35 * (len(table) + 2)), layout="constrained"
-    )
+    ncols = min(2, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    table_h = 0.3 * (len(table) + 2)
+    fig = Figure(figsize=(7.0 * ncols, 3.6 * nrows + table_h), layout="constrained")
     FigureCanvasAgg(fig)
-    grid = fig.add_gridspec(
-        nrows + 1, len(contexts), height_ratios=[3.8] * nrows + [0.35 * (len(table) + 2)]
-    )
+    top, bottom = fig.subfigures(2, 1, height_ratios=[3.6 * nrows, table_h])
+    axes = [ax for row in top.subplots(nrows, ncols, squeeze=False) for ax in row]
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
     systems = sorted(set(sel["system"]))
     impls = sorted(set(sel["series"]))
-    for col, ((collective, wl), ctx) in enumerate(contexts):
-        norm_ax = fig.add_subplot(grid[0, col])
-        raw_ax = fig.add_subplot(grid[1, col]) if unknown else None
-        for key, rows in ctx.groupby(["system", "nodes", "series"], dropna=False, sort=True):
-            system, nodes, series = key
+    for ax, (collective, wl, normalised, part) in zip(axes, panels, strict=False):
+        for (system, nodes, series), rows in part.groupby(
+            ["system", "nodes", "series"], dropna=False
+        ):
             s = summarise(rows, ["size_bytes"], "busbw")
-            rate = rows["line_rate"].iloc[0]
-            ax = norm_ax if math.isfinite(rate) else raw_ax
-            scale = rate if math.isfinite(rate) else 1.0
+            scale = rows["line_rate"].iloc[0] if normalised else 1.0
             color = _SYSTEM_COLORS[systems.index(system) % len(_SYSTEM_COLORS)]
-            marker = _MARKERS[impls.index(series) % len(_MARKERS)]
             n = "?" if pd.isna(nodes) else int(nodes)
             ax.plot(
                 s["size_bytes"],
                 s["value"] / scale,
                 color=color,
-                marker=marker,
+                marker=_MARKERS[impls.index(series) % len(_MARKERS)],
                 markersize=4,
                 label=f"{system} {n}n · {series}",
             )
@@ -747,50 +747,46 @@ def figure_6(
                 alpha=0.15,
                 linewidth=0,
             )
-        norm_ax.set_ylabel("busbw / NIC line rate")
-        norm_ax.set_title(f"{collective} · {_workload_text([wl])} · measured", fontsize=9)
-        if not norm_ax.lines:
-            _note(norm_ax, "no system with a known line rate")
-        for ax in (norm_ax, raw_ax):
-            if ax is None:
-                continue
-            size_axis(ax, ctx["size_bytes"])
-            ax.grid(True, alpha=0.3)
-            legend(ax)
-        if raw_ax is not None:
-            raw_ax.set_ylabel("busbw (GB/s), not normalised")
-            raw_ax.set_title(f"no line rate known for {', '.join(unknown)}", fontsize=8)
-    tab_ax = fig.add_subplot(grid[nrows, :])
+        size_axis(ax, part["size_bytes"])
+        ax.grid(True, alpha=0.3)
+        legend(ax)
+        head = f"{collective} · {_workload_text([wl])} · measured"
+        if normalised:
+            ax.set_ylabel("busbw / NIC line rate")
+            ax.set_title(head, fontsize=9)
+        else:
+            ax.set_ylabel("busbw (GB/s), not normalised")
+            ax.set_title(f"{head}\nno line rate known for {', '.join(unknown)}", fontsize=9)
+    tab_ax = bottom.subplots()
     tab_ax.set_axis_off()
-    if not table.empty:
-        cells = [
-            [
-                r.system,
-                "?" if pd.isna(r.nodes) else str(int(r.nodes)),
-                r.collective,
-                r.workload_key or "-",
-                binary_label(r.size_bytes),
-                r.best,
-                f"{r.busbw_GBps:.3g}",
-                f"{r.line_rate_GBps:g}" if math.isfinite(r.line_rate_GBps) else "unknown",
-                f"{r.fraction:.1%}" if math.isfinite(r.fraction) else "n/a",
-            ]
-            for r in table.itertuples()
+    cells = [
+        [
+            r.system,
+            "?" if pd.isna(r.nodes) else str(int(r.nodes)),
+            r.collective,
+            r.workload_key or "-",
+            binary_label(r.size_bytes),
+            r.best,
+            f"{r.busbw_GBps:.3g}",
+            f"{r.line_rate_GBps:g}" if math.isfinite(r.line_rate_GBps) else "unknown",
+            f"{r.fraction:.1%}" if math.isfinite(r.fraction) else "n/a",
         ]
-        header = [
-            "system",
-            "nodes",
-            "collective",
-            "workload",
-            "size",
-            "best",
-            "busbw GB/s",
-            "NIC GB/s",
-            "fraction",
-        ]
-        tab = tab_ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="center")
-        tab.auto_set_font_size(False)
-        tab.set_fontsize(7)
+        for r in table.itertuples()
+    ]
+    header = [
+        "system",
+        "nodes",
+        "collective",
+        "workload",
+        "size",
+        "best",
+        "busbw GB/s",
+        "NIC GB/s",
+        "fraction",
+    ]
+    tab = tab_ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(7)
     fig.suptitle(title + capped + " · line rates: results/reference/systems.csv or --line-rate")
     save(fig, out_dir, name)
     return fig
