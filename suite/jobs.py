@@ -75,8 +75,6 @@ OPTION_ALIASES = {
     "-G": "gpus",
     "-e": "error",
     "-D": "chdir",
-    "--gpus-per-task": "gpus-per-task",
-    "--mem-per-cpu": "mem-per-cpu",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -58,6 +58,15 @@ def all_experiment_impls() -> dict[tuple[str, str], tuple[str, ...]]:
 AVAILABLE = all_experiment_impls()
 
 
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path_factory, monkeypatch):
+    """No user site file and no COMMBENCH_* variables leak into the renders."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+    for name in list(os.environ):
+        if name.startswith("COMMBENCH_"):
+            monkeypatch.delenv(name)
+
+
 def render(
     system: str,
     nodes: int,
@@ -351,6 +360,34 @@ def test_hostile_account_stays_one_quoted_word(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "$(touch pwned)`touch pwned`'\"; touch pwned"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_quoting_round_trips_through_bash(tmp_path):
+    nasty = [
+        "x; touch pwned",
+        "$(touch pwned)",
+        "`touch pwned`",
+        "it's",
+        '"double" \\ back',
+        "a\tb",
+        "=mlx5_0:1",
+        "-n",
+        "*",
+        "~root",
+        "{a,b}",
+        "!event",
+        "",
+        "ünïcødé",
+    ]
+    words = " ".join(jobs.quote(v) for v in nasty)
+    proc = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {words}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert proc.stdout.split("\0")[:-1] == nasty
 
 
 def test_values_with_newlines_are_refused():
