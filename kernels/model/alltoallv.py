@@ -1,0 +1,296 @@
+"""Modelled all-to-allv: fan-out, spread-out, a FAST schedule and its balance-only ablation.
+
+Every function takes the P x P traffic matrix (bytes, row = sender, rank = node * G +
+local index) and a :class:`~kernels.model.fabric.Fabric`, and returns a
+:class:`Prediction` with every rank's finish time. Self traffic (the diagonal) is a local
+copy and costs nothing. The steps are those of the executors in ``fast.md``:
+
+* ``fanout``: one step holding every send and receive (NCCL/RCCL grouped send/recv).
+* ``spreadout``: P - 1 steps; at step k rank r sends to ``(r + k) mod P`` and receives
+  from ``(r - k) mod P``; a step starts on each rank when its previous one ended.
+* ``fast``: the schedule's ``transfers()`` table, in the steps of its per-rank plans
+  (``kernels/fast/plan.py``). Step 0 balances (``balance`` rows); step j = 1..K runs
+  stage j's rail transfers over the NICs together with, on scale-up, the intra-server
+  traffic (j = 1) and the redistribution of stage j - 1; step K + 1 sends the fan-out
+  ``tail`` (if any: every GPU to all servers at once) and redistributes stage K; step
+  K + 2 drains the tail (``redistribute`` rows with stage -1). With
+  ``balance="pipelined"`` the bytes a GPU lends for a rail step move in the step before
+  it instead of all up front (an executor that balances one stage ahead; see
+  docs/cost-model.md).
+* ``balance_only``: balancing, then every rail transfer at once (incast up to S - 1
+  senders per NIC), then all redistribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernels.model.fabric import Fabric, step_finish
+
+PHASES = ("intra", "balance", "stage", "redistribute", "tail")
+BALANCE_MODES = ("prologue", "pipelined")
+
+
+@dataclass
+class Prediction:
+    """Modelled result of one collective call."""
+
+    impl: str
+    rank_finish_us: np.ndarray
+    lower_bound_us: float
+    info: dict = field(default_factory=dict)
+
+    @property
+    def time_us(self) -> float:
+        """Completion time: the last rank's finish."""
+        return float(self.rank_finish_us.max()) if self.rank_finish_us.size else 0.0
+
+    @property
+    def time_over_lb(self) -> float:
+        return self.time_us / self.lower_bound_us if self.lower_bound_us > 0 else float("nan")
+
+
+def check_traffic(traffic: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """The traffic as int64, refused with one line if it is not a valid byte matrix."""
+    a = np.asarray(traffic)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"traffic must be a square P x P matrix (got shape {a.shape})")
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"traffic must hold integer bytes (got dtype {a.dtype})")
+    if a.size and a.min() < 0:
+        i, j = np.argwhere(a < 0)[0]
+        raise ValueError(f"traffic[{i}][{j}] = {a[i, j]} is negative")
+    if a.shape[0] % gpus_per_node:
+        raise ValueError(f"{a.shape[0]} ranks is not a multiple of {gpus_per_node} GPUs per node")
+    return a.astype(np.int64, copy=False)
+
+
+def lower_bound(traffic: np.ndarray, fabric: Fabric) -> dict:
+    """Bounds no algorithm can beat, in µs.
+
+    ``scaleout_us``: the busiest server's cross-server bytes (sent or received) spread
+    evenly over its G NICs — "bytes of the busiest NIC over its bandwidth" after perfect
+    balancing. ``scaleup_us``: the busiest GPU's intra-server bytes over its scale-up port,
+    or the largest intra-server pair over one peer link. ``lower_bound_us`` is the larger.
+    """
+    d = check_traffic(traffic, fabric.gpus_per_node)
+    g = fabric.gpus_per_node
+    s = d.shape[0] // g
+    blocks = d.reshape(s, g, s, g).sum(axis=(1, 3))
+    diag = np.diagonal(blocks).copy()
+    cross_out = blocks.sum(axis=1) - diag
+    cross_in = blocks.sum(axis=0) - diag
+    nic_bytes = max(int(cross_out.max()), int(cross_in.max())) / g if s > 1 else 0.0
+    intra = d.reshape(s, g, s, g)[np.arange(s), :, np.arange(s), :]  # (s, g, g)
+    intra = intra * (1 - np.eye(g, dtype=np.int64))
+    if g == 1:
+        up_us = 0.0
+    else:
+        busiest = max(int(intra.sum(axis=2).max()), int(intra.sum(axis=1).max()))
+        up_us = max(
+            float(fabric.scaleup_time_us(float(busiest))),
+            float(fabric.peer_time_us(float(intra.max()))),
+        )
+    out_us = float(fabric.nic_time_us(nic_bytes))
+    return {
+        "lower_bound_us": max(out_us, up_us),
+        "scaleout_lb_us": out_us,
+        "scaleup_lb_us": up_us,
+        "busiest_nic_bytes": nic_bytes,
+    }
+
+
+def _bounds(traffic: np.ndarray, fabric: Fabric) -> tuple[np.ndarray, float, dict]:
+    lb = lower_bound(traffic, fabric)
+    return check_traffic(traffic, fabric.gpus_per_node), lb.pop("lower_bound_us"), lb
+
+
+def fanout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
+    """Every send and receive posted at once."""
+    d, lb, info = _bounds(traffic, fabric)
+    p = d.shape[0]
+    src, dst = np.nonzero(d)
+    finish = step_finish(fabric, np.zeros(p), src, dst, d[src, dst])
+    senders = np.bincount(
+        dst[(src // fabric.gpus_per_node) != (dst // fabric.gpus_per_node)], minlength=p
+    )
+    info.update(steps=1, max_incast=int(senders.max()) if p else 0)
+    return Prediction("fanout", finish, lb, info)
+
+
+def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
+    """Shifted round-robin: step k sends to ``(r + k) mod P``."""
+    d, lb, info = _bounds(traffic, fabric)
+    p = d.shape[0]
+    ranks = np.arange(p)
+    ready = np.zeros(p)
+    for k in range(1, p):
+        dst = (ranks + k) % p
+        ready = step_finish(fabric, ready, ranks, dst, d[ranks, dst])
+    info.update(steps=max(p - 1, 0))
+    return Prediction("spreadout", ready, lb, info)
+
+
+# ------------------------------------------------------------------ FAST schedules
+
+
+def _columns(transfers) -> dict[str, np.ndarray]:
+    """The transfers table (DataFrame or structured array) as plain numpy columns."""
+    need = ("phase", "stage", "src", "dst", "origin", "final", "nbytes")
+    if hasattr(transfers, "columns"):
+        names = list(transfers.columns)
+    else:
+        names = list(getattr(getattr(transfers, "dtype", None), "names", None) or ())
+    missing = [c for c in need if c not in names]
+    if missing:
+        raise ValueError(f"transfers table lacks column(s) {', '.join(missing)}")
+    cols = {c: np.asarray(transfers[c]) for c in need[1:]}
+    raw = transfers["phase"]
+    if hasattr(raw, "cat"):  # pandas categorical: map its few categories, not every row
+        names, codes = np.asarray(raw.cat.categories).astype(str), raw.cat.codes.to_numpy()
+    else:
+        names, codes = np.unique(np.asarray(raw).astype(str), return_inverse=True)
+    unknown = sorted(set(names) - set(PHASES))
+    if unknown:
+        raise ValueError(f"transfers table: unknown phase(s) {unknown}; expected {PHASES}")
+    cols["phase"] = np.array([_CODE[n] for n in names], dtype=np.int64)[codes]
+    for c in need[1:]:
+        cols[c] = cols[c].astype(np.int64)
+    return cols
+
+
+_CODE = {name: i for i, name in enumerate(sorted(PHASES))}
+
+
+def _stage_rows(cols: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    """Mask of stage rows and the execution position (0..K-1) of each row's stage."""
+    is_stage = cols["phase"] == _CODE["stage"]
+    ids = np.unique(cols["stage"][is_stage])
+    pos = np.searchsorted(ids, cols["stage"])
+    return is_stage, np.where(np.isin(cols["stage"], ids), pos, -1), ids.size
+
+
+def _merge(step: np.ndarray, src: np.ndarray, dst: np.ndarray, nb: np.ndarray, p: int):
+    """Sum rows that share (step, src, dst): one message per pair and step."""
+    key = (step * p + src) * p + dst
+    uniq, inv = np.unique(key, return_inverse=True)
+    total = np.bincount(inv, nb.astype(np.float64), uniq.size)
+    return uniq // (p * p), (uniq // p) % p, uniq % p, total
+
+
+def _run_steps(fabric: Fabric, p: int, step, src, dst, nb) -> tuple[np.ndarray, list[float]]:
+    """Run the steps in order; returns final per-rank times and the makespan after each."""
+    step, src, dst, nb = _merge(step, src, dst, nb, p)
+    bounds = np.flatnonzero(np.diff(step)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [step.size]))
+    ready = np.zeros(p)
+    marks = []
+    for a, b in zip(starts, ends, strict=True):
+        ready = step_finish(fabric, ready, src[a:b], dst[a:b], nb[a:b])
+        marks.append(float(ready.max()))
+    return ready, marks
+
+
+def fast(
+    traffic: np.ndarray,
+    transfers,
+    fabric: Fabric,
+    *,
+    balance: str = "prologue",
+) -> Prediction:
+    """Model a FAST schedule from its ``transfers()`` table (see the module docstring)."""
+    if balance not in BALANCE_MODES:
+        raise ValueError(f"balance must be one of {', '.join(BALANCE_MODES)} (got {balance!r})")
+    d, lb, info = _bounds(traffic, fabric)
+    p = d.shape[0]
+    cols = _columns(transfers)
+    phase, src, dst, nb = cols["phase"], cols["src"], cols["dst"], cols["nbytes"]
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= p):
+        raise ValueError(f"transfers table names a rank outside 0..{p - 1}")
+    is_stage, pos, k = _stage_rows(cols)
+    step = np.full(src.size, -1, dtype=np.int64)
+    step[is_stage] = pos[is_stage] + 1
+    step[phase == _CODE["intra"]] = 1
+    is_tail = phase == _CODE["tail"]
+    step[is_tail] = k + 1
+    redist = phase == _CODE["redistribute"]
+    from_tail = redist & (cols["stage"] < 0)
+    if (pos[redist & ~from_tail] < 0).any():
+        raise ValueError("transfers table: a redistribute row names a stage with no transfers")
+    step[redist] = np.where(from_tail[redist], k + 2, pos[redist] + 2)
+    is_bal = phase == _CODE["balance"]
+    if balance == "prologue":
+        step[is_bal] = 0
+        keep = np.ones(src.size, dtype=bool)
+        xs, xd, xn, xstep = src, dst, nb, step
+    else:
+        lent = (is_stage | is_tail) & (cols["origin"] != src)
+        _check_lending(cols, is_bal, lent, p)
+        keep = ~is_bal
+        xs = np.concatenate((src[keep], cols["origin"][lent]))
+        xd = np.concatenate((dst[keep], src[lent]))
+        xn = np.concatenate((nb[keep], nb[lent]))
+        xstep = np.concatenate((step[keep], step[lent] - 1))
+    ready, marks = _run_steps(fabric, p, xstep, xs, xd, xn)
+    steps_present = np.unique(xstep)
+    prologue = marks[0] if steps_present.size and steps_present[0] == 0 else 0.0
+    last_stage_idx = int(np.searchsorted(steps_present, k, side="right")) - 1
+    stages_end = marks[last_stage_idx] if k else prologue
+    tail_bytes = int(np.bincount(src[is_tail], nb[is_tail], p).max(initial=0)) if p else 0
+    sched_bytes = _stage_bytes_per_nic(cols, is_stage, pos, k, p)
+    info.update(
+        stages=int(k),
+        tail=bool(is_tail.any()),
+        tail_nic_bytes=tail_bytes,
+        balance=balance,
+        prologue_us=prologue,
+        stages_us=stages_end - prologue,
+        epilogue_us=float(ready.max()) - stages_end,
+        stage_fixed_us=k * (fabric.stage_us + fabric.nic_us),
+        scheduled_nic_bytes=sched_bytes,
+        balance_bytes=int(nb[is_bal].sum()),
+        redistribute_bytes=int(nb[redist].sum()),
+    )
+    return Prediction("fast", ready, lb, info)
+
+
+def _stage_bytes_per_nic(cols, is_stage, pos, k: int, p: int) -> int:
+    """Σ over stages of the largest bytes one NIC sends in that stage."""
+    if not k:
+        return 0
+    per = np.zeros((k, p))
+    np.add.at(per, (pos[is_stage], cols["src"][is_stage]), cols["nbytes"][is_stage])
+    return int(per.max(axis=1).sum())
+
+
+def _check_lending(cols, is_bal, lent, p: int) -> None:
+    """Pipelined balancing re-derives the balance moves from the stage rows: check it may."""
+    bal = np.bincount(
+        cols["origin"][is_bal] * p + cols["dst"][is_bal], cols["nbytes"][is_bal], p * p
+    )
+    need = np.bincount(cols["origin"][lent] * p + cols["src"][lent], cols["nbytes"][lent], p * p)
+    direct = (cols["src"][is_bal] == cols["origin"][is_bal]).all()
+    if not direct or not np.array_equal(bal, need):
+        raise ValueError(
+            "balance='pipelined' needs balance rows that move bytes straight from their "
+            "origin to the GPU that sends them in a stage; this schedule does otherwise"
+        )
+
+
+def balance_only(traffic: np.ndarray, transfers, fabric: Fabric) -> Prediction:
+    """The FAST schedule's balancing, then every rail transfer at once, then redistribution."""
+    d, lb, info = _bounds(traffic, fabric)
+    p = d.shape[0]
+    cols = _columns(transfers)
+    phase = cols["phase"]
+    # rail rows (stages and tail) all go at once in step 1
+    step = np.select([phase == _CODE["balance"], phase == _CODE["redistribute"]], [0, 2], default=1)
+    ready, _ = _run_steps(fabric, p, step, cols["src"], cols["dst"], cols["nbytes"])
+    rail = (phase == _CODE["stage"]) | (phase == _CODE["tail"])
+    pairs = np.unique(cols["src"][rail] * p + cols["dst"][rail])
+    senders = np.bincount(pairs % p, minlength=p)
+    info.update(steps=3, max_incast=int(senders.max()) if p else 0)
+    return Prediction("balance-only", ready, lb, info)

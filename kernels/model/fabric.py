@@ -1,0 +1,173 @@
+"""A two-tier fabric: one scale-out NIC per GPU, scale-up links inside a node.
+
+Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps * 1e3)`` is
+µs). The model is a fluid one, evaluated on whole arrays of flows at once:
+
+* A **step** is one grouped call (an MPI batch of Isend/Irecv, an NCCL group): it costs
+  ``stage_us`` (launch and synchronisation) plus ``msg_us`` for every message a rank posts,
+  then its flows run. A flow starts when both of its ranks have posted
+  (``max(post[src], post[dst])``) and a rank finishes the step when all of its flows, sent
+  and received, have finished.
+* Flows between nodes use the NICs, flows inside a node the scale-up tier. A flow pays the
+  tier's latency once (``nic_us`` or ``scaleup_us``), then lasts as long as the busier of its
+  two ports needs to drain everything it carries in that step (each port serves its flows
+  in proportion to their bytes, so all flows of a port end together): a port that sends
+  ``S`` bytes needs ``S / B``, a NIC that receives ``R`` bytes from ``k`` concurrent senders
+  needs ``R / (B * eff(k))`` with ``eff(k) = 1 / (1 + incast * (k - 1))`` (incast).
+* On scale-up, ``scaleup_GBps`` is each GPU's port (all its links together) and its flows
+  share it like a NIC's (without incast loss); a flow is also capped by the link to its
+  peer, ``scaleup_peer_GBps`` (equal to the port behind NVSwitch; one xGMI link of seven
+  on MI300X), so it lasts at least ``bytes / scaleup_peer_GBps``.
+
+The makespan of one step is therefore at least the busiest port's bytes over its
+bandwidth — the lower bound — and a flow into a hot port holds its sender until that port
+drains, which is how stragglers appear.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+#: bytes per µs in one GB/s
+_BYTES_PER_US = 1e3
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Constants of one system (one NIC per GPU, ``gpus_per_node`` GPUs per node).
+
+    ``scaleup_GBps``, ``scaleup_peer_GBps`` (default: ``scaleup_GBps``) and
+    ``reduce_GBps`` may be ``math.inf`` (free); ``nic_GBps`` must be finite. All must be
+    positive. Latencies and costs must be finite and non-negative.
+    """
+
+    gpus_per_node: int
+    nic_GBps: float
+    nic_us: float
+    scaleup_GBps: float
+    scaleup_us: float
+    stage_us: float = 0.0
+    msg_us: float = 0.0
+    incast: float = 0.0
+    scaleup_peer_GBps: float | None = None
+    reduce_GBps: float = math.inf
+
+    def __post_init__(self) -> None:
+        g = self.gpus_per_node
+        if isinstance(g, bool) or not isinstance(g, int | np.integer) or g < 1:
+            raise ValueError(f"fabric: gpus_per_node must be an integer >= 1 (got {g!r})")
+        if self.scaleup_peer_GBps is None:
+            object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
+        for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps"):
+            v = _number(self, name)
+            if not v > 0 or (name == "nic_GBps" and math.isinf(v)):
+                raise ValueError(
+                    f"fabric: {name} must be a positive bandwidth in GB/s (got {v!r}); "
+                    "fix the system profile or the command-line override"
+                )
+        for name in ("nic_us", "scaleup_us", "stage_us", "msg_us", "incast"):
+            v = _number(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
+
+    def with_(self, **changes) -> Fabric:
+        """A copy with some constants replaced (validated again)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"fabric: unknown constant(s) {', '.join(sorted(unknown))}")
+        return Fabric(**{**asdict(self), **changes})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def nic_time_us(self, nbytes) -> np.ndarray | float:
+        """Time for ``nbytes`` through one NIC at full rate."""
+        return nbytes / (self.nic_GBps * _BYTES_PER_US)
+
+    def scaleup_time_us(self, nbytes) -> np.ndarray | float:
+        """Time for ``nbytes`` through one GPU's scale-up port (all its links)."""
+        return nbytes / (self.scaleup_GBps * _BYTES_PER_US)
+
+    def peer_time_us(self, nbytes) -> np.ndarray | float:
+        """Time for ``nbytes`` from one GPU to one peer of its node (port and link)."""
+        return nbytes / (min(self.scaleup_GBps, self.scaleup_peer_GBps) * _BYTES_PER_US)
+
+    def reduce_time_us(self, nbytes) -> np.ndarray | float:
+        """Time to reduce ``nbytes`` of incoming data into a buffer."""
+        return nbytes / (self.reduce_GBps * _BYTES_PER_US)
+
+    @property
+    def stage_cost_bytes(self) -> int:
+        """The fixed cost of one scale-out stage, in bytes one NIC moves in that time."""
+        return int(round((self.stage_us + self.nic_us) * self.nic_GBps * _BYTES_PER_US))
+
+
+def _number(fabric: Fabric, name: str) -> float:
+    v = getattr(fabric, name)
+    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+        raise ValueError(f"fabric: {name} must be a number (got {v!r})")
+    return float(v)
+
+
+def step_finish(
+    fabric: Fabric,
+    ready_us: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    nbytes: np.ndarray,
+) -> np.ndarray:
+    """Per-rank finish time of one grouped step whose flows are ``src -> dst``.
+
+    ``ready_us[r]`` is when rank r enters the step. Zero-byte flows and self flows
+    (``src == dst``, a local copy) cost nothing and post no message. Returns a new array.
+    """
+    ready = np.asarray(ready_us, dtype=np.float64)
+    p = ready.size
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    nb = np.asarray(nbytes, dtype=np.float64)
+    keep = (nb > 0) & (src != dst)
+    if not keep.all():
+        src, dst, nb = src[keep], dst[keep], nb[keep]
+    post = ready + fabric.stage_us
+    if fabric.msg_us:
+        post = post + fabric.msg_us * (
+            np.bincount(src, minlength=p) + np.bincount(dst, minlength=p)
+        )
+    finish = post.copy()
+    if src.size == 0:
+        return finish
+    g = fabric.gpus_per_node
+    cross = (src // g) != (dst // g)
+    if cross.all():
+        _tier(fabric, finish, post, src, dst, nb, p, nic=True)
+    elif not cross.any():
+        _tier(fabric, finish, post, src, dst, nb, p, nic=False)
+    else:
+        _tier(fabric, finish, post, src[cross], dst[cross], nb[cross], p, nic=True)
+        up = ~cross
+        _tier(fabric, finish, post, src[up], dst[up], nb[up], p, nic=False)
+    return finish
+
+
+def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> None:
+    """Flows of one tier: update ``finish`` in place with their end times."""
+    if nic:
+        rate, alpha, incast = fabric.nic_GBps, fabric.nic_us, fabric.incast
+    else:
+        rate, alpha, incast = fabric.scaleup_GBps, fabric.scaleup_us, 0.0
+    rate = rate * _BYTES_PER_US
+    t_out = np.bincount(src, nb, p) / rate
+    t_in = np.bincount(dst, nb, p) / rate
+    if incast:
+        senders = np.bincount(dst, minlength=p)
+        t_in = t_in * (1.0 + incast * np.maximum(senders - 1, 0))
+    duration = np.maximum(t_out[src], t_in[dst])
+    if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
+        duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
+    end = np.maximum(post[src], post[dst]) + alpha + duration
+    np.maximum.at(finish, src, end)
+    np.maximum.at(finish, dst, end)

@@ -1,0 +1,368 @@
+"""Cost model: closed forms, FAST's stage arithmetic, incast, bounds, bad constants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernels.fast
+from kernels.model import Fabric, lower_bound, step_finish
+from kernels.model import allreduce as ar
+from kernels.model import alltoallv as a2a
+
+# test fixture constants (round numbers so the hand computations stay readable)
+NIC, NIC_US, UP, UP_US, STAGE = 50.0, 2.0, 400.0, 1.0, 5.0
+
+
+def fab(g: int = 4, **kw) -> Fabric:
+    base = dict(
+        gpus_per_node=g, nic_GBps=NIC, nic_us=NIC_US, scaleup_GBps=UP, scaleup_us=UP_US,
+        stage_us=STAGE,
+    )  # fmt: skip
+    base.update(kw)
+    return Fabric(**base)
+
+
+def us(nbytes: float, gbps: float) -> float:
+    return nbytes / (gbps * 1e3)
+
+
+def schedule(traffic: np.ndarray, g: int, **opts):
+    opts.setdefault("max_stages", None)
+    return kernels.fast.schedule(traffic, g, **opts)
+
+
+# ---------------------------------------------------------------- constants
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("nic_GBps", 0.0),
+        ("nic_GBps", -1.0),
+        ("nic_GBps", math.inf),
+        ("nic_GBps", math.nan),
+        ("scaleup_GBps", 0.0),
+        ("scaleup_peer_GBps", -5.0),
+        ("reduce_GBps", 0.0),
+        ("nic_us", -1.0),
+        ("stage_us", math.nan),
+        ("incast", -0.1),
+        ("gpus_per_node", 0),
+        ("nic_GBps", "fast"),
+    ],
+)
+def test_bad_constants_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        fab(**{field: value})
+
+
+def test_with_validates_and_rejects_unknown_names():
+    f = fab()
+    assert f.with_(stage_us=2.0).stage_us == 2.0
+    with pytest.raises(ValueError, match="nic_GBps"):
+        f.with_(nic_GBps=0)
+    with pytest.raises(ValueError, match="unknown"):
+        f.with_(bandwidth=1.0)
+
+
+def test_peer_link_defaults_to_the_port():
+    assert fab().scaleup_peer_GBps == UP
+    assert fab(scaleup_peer_GBps=50.0).scaleup_peer_GBps == 50.0
+
+
+# ---------------------------------------------------------------- all-to-allv closed forms
+
+
+def test_uniform_fanout_closed_form():
+    g, s, b = 4, 3, 6000
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    pred = a2a.fanout(d, fab(g))
+    cross = us((p - g) * b, NIC) + NIC_US
+    intra = us((g - 1) * b, UP) + UP_US
+    assert pred.rank_finish_us == pytest.approx(np.full(p, STAGE + max(cross, intra)))
+    assert pred.lower_bound_us == pytest.approx(us((p - g) * b, NIC))
+
+
+def test_uniform_spreadout_closed_form():
+    g, s, b = 2, 3, 1000
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    pred = a2a.spreadout(d, fab(g))
+    # step k: one flow per rank; cross-node unless the shifted peer shares the node
+    per_step = []
+    for k in range(1, p):
+        same = [(r // g) == ((r + k) % p) // g for r in range(p)]
+        per_step.append(STAGE + (UP_US + us(b, UP) if all(same) else NIC_US + us(b, NIC)))
+    assert pred.time_us == pytest.approx(sum(per_step))
+    assert pred.info["steps"] == p - 1
+
+
+def test_permutation_closed_form():
+    g, s, x = 4, 4, 8000
+    p = g * s
+    d = np.zeros((p, p), dtype=np.int64)
+    d[np.arange(p), (np.arange(p) + g) % p] = x  # every rank to the same GPU of the next node
+    f = fab(g)
+    assert a2a.fanout(d, f).rank_finish_us == pytest.approx(np.full(p, STAGE + NIC_US + us(x, NIC)))
+    # spread-out: p - 1 steps, only step g carries bytes
+    assert a2a.spreadout(d, f).time_us == pytest.approx((p - 1) * STAGE + NIC_US + us(x, NIC))
+    # FAST: rail-aligned already, nothing to balance or redistribute: one step, one stage
+    pred = a2a.fast(d, schedule(d, g).transfers(), f)
+    assert pred.info["stages"] == 1  # the server matrix is one cyclic permutation
+    assert pred.info["prologue_us"] == 0 and pred.info["epilogue_us"] == 0
+    assert pred.time_us == pytest.approx(pred.info["stages"] * (STAGE + NIC_US) + us(x, NIC))
+
+
+def test_single_hot_pair_closed_form():
+    g, x = 4, 4000
+    p = 2 * g
+    d = np.zeros((p, p), dtype=np.int64)
+    d[0, p - 1] = x
+    f = fab(g)
+    lb = a2a.lower_bound(d, f)
+    assert lb["lower_bound_us"] == pytest.approx(us(x / g, NIC))
+    fan = a2a.fanout(d, f)
+    assert fan.time_us == pytest.approx(STAGE + NIC_US + us(x, NIC))
+    assert fan.rank_finish_us[1:-1] == pytest.approx(STAGE)  # uninvolved ranks idle
+    sched = schedule(d, g)
+    pred = a2a.fast(d, sched.transfers(), f)
+    lend = UP_US + us(x * (g - 1) / g, UP)  # GPU 0 lends 3/4 of it over its port
+    rail = NIC_US + us(x / g, NIC)  # one stage, every GPU of server 0 sends x/4
+    drain = UP_US + us(x * (g - 1) / g, UP)  # GPU 7 takes 3/4 in over its port
+    assert pred.time_us == pytest.approx(3 * STAGE + lend + rail + drain)
+    assert pred.info["prologue_us"] == pytest.approx(STAGE + lend)
+    assert pred.info["epilogue_us"] == pytest.approx(STAGE + drain)
+    # pipelined balancing: the stage's lending is the prologue (stage 1 has nothing before)
+    pipe = a2a.fast(d, sched.transfers(), f, balance="pipelined")
+    assert pipe.time_us == pytest.approx(pred.time_us)
+
+
+def test_fast_scaleout_time_is_lower_bound_plus_stage_costs():
+    """Uniform traffic: every NIC sends its stage's weight in every stage."""
+    g, s, b = 4, 5, 2048
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    f = fab(g)
+    sched = schedule(d, g)
+    pred = a2a.fast(d, sched.transfers(), f)
+    k = pred.info["stages"]
+    assert k == sched.nstages and k >= s - 1
+    assert sched.scheduled_bytes == sched.lower_bound
+    expect = us(sched.lower_bound, NIC) + k * (STAGE + NIC_US)
+    assert pred.info["stages_us"] == pytest.approx(expect)
+    assert pred.info["stage_fixed_us"] == pytest.approx(k * (STAGE + NIC_US))
+    assert pred.lower_bound_us == pytest.approx(us(sched.lower_bound, NIC))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    s=st.integers(1, 4),
+    g=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 2**31),
+    zeros=st.floats(0, 0.8),
+)
+def test_fast_stages_never_beat_their_bytes(s, g, seed, zeros):
+    """With free scale-up, the stages take at most Σ(stage max bytes)/B + K fixed costs,
+    and no modelled pattern beats the lower bound."""
+    p = s * g
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 10_000, (p, p)) * (rng.random((p, p)) >= zeros)
+    f = fab(g, scaleup_GBps=math.inf, scaleup_us=0.0)
+    sched = schedule(d, g)
+    tr = sched.transfers()
+    pred = a2a.fast(d, tr, f)
+    k = pred.info["stages"]
+    bound = us(pred.info["scheduled_nic_bytes"], NIC) + k * (STAGE + NIC_US)
+    assert pred.info["stages_us"] <= bound + 1e-6
+    f2 = fab(g)
+    for got in (
+        a2a.fanout(d, f2),
+        a2a.spreadout(d, f2),
+        a2a.fast(d, tr, f2),
+        a2a.fast(d, tr, f2, balance="pipelined"),
+        a2a.balance_only(d, tr, f2),
+    ):
+        assert got.time_us >= got.lower_bound_us - 1e-9
+        assert got.rank_finish_us.shape == (p,)
+
+
+def test_incast_makes_fanout_slower_than_spreadout():
+    g, s, b = 1, 16, 1 << 20
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    np.fill_diagonal(d, 0)
+    calm, lossy = fab(g, stage_us=1.0), fab(g, stage_us=1.0, incast=0.2)
+    assert a2a.fanout(d, calm).time_us < a2a.spreadout(d, calm).time_us
+    assert a2a.fanout(d, lossy).time_us > a2a.spreadout(d, lossy).time_us
+    # spread-out has one sender per NIC and step: incast does not touch it
+    assert a2a.spreadout(d, lossy).time_us == pytest.approx(a2a.spreadout(d, calm).time_us)
+    # fan-in to one NIC: 15 senders share it at 1/(1 + 0.2 * 14) of its rate
+    hot = np.zeros((p, p), dtype=np.int64)
+    hot[1:, 0] = b
+    fan = a2a.fanout(hot, lossy)
+    assert fan.time_us == pytest.approx(1.0 + NIC_US + us(15 * b, NIC) * (1 + 0.2 * 14))
+    assert fan.time_us > a2a.spreadout(hot, lossy).time_us
+
+
+def test_fanout_stragglers_follow_the_hot_receiver():
+    g, s, b = 1, 8, 1000
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    d[:, 3] = 20 * b
+    np.fill_diagonal(d, 0)
+    fin = a2a.fanout(d, fab(g)).rank_finish_us
+    # everybody sends to rank 3, so everybody waits for rank 3's NIC
+    assert fin == pytest.approx(np.full(p, fin[3]))
+    # without the hot column nobody waits that long
+    assert a2a.fanout(np.where(d == 20 * b, b, d), fab(g)).time_us < fin[3]
+
+
+def test_peer_link_caps_one_flow():
+    f = fab(2, scaleup_GBps=300.0, scaleup_peer_GBps=50.0)
+    out = step_finish(f, np.zeros(2), np.array([0]), np.array([1]), np.array([1e6]))
+    assert out == pytest.approx(STAGE + UP_US + us(1e6, 50.0))
+
+
+def test_msg_cost_is_paid_per_posted_message():
+    f = fab(1, msg_us=0.5)
+    out = step_finish(f, np.zeros(3), np.array([0, 0]), np.array([1, 2]), np.array([0, 100]))
+    # rank 0 posts one message (the zero-byte one is skipped), rank 2 receives one
+    assert out[1] == pytest.approx(STAGE)
+    assert out[0] == pytest.approx(STAGE + 0.5 + NIC_US + us(100, NIC))
+
+
+def test_bad_traffic_is_refused():
+    with pytest.raises(ValueError, match="square"):
+        a2a.fanout(np.zeros((2, 3), dtype=np.int64), fab(1))
+    with pytest.raises(ValueError, match="negative"):
+        a2a.fanout(np.array([[0, -1], [0, 0]]), fab(1))
+    with pytest.raises(ValueError, match="multiple"):
+        lower_bound(np.zeros((6, 6), dtype=np.int64), fab(4))
+    with pytest.raises(ValueError, match="integer"):
+        a2a.spreadout(np.zeros((2, 2)), fab(1))
+
+
+def test_transfers_table_checks():
+    d = np.full((4, 4), 100, dtype=np.int64)
+    tr = schedule(d, 2).transfers()
+    with pytest.raises(ValueError, match="lacks"):
+        a2a.fast(d, tr.drop(columns=["origin"]), fab(2))
+    bad = tr.copy()
+    bad["phase"] = bad["phase"].astype(str).replace("stage", "bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        a2a.fast(d, bad, fab(2))
+    with pytest.raises(ValueError, match="balance"):
+        a2a.fast(d, tr, fab(2), balance="later")
+
+
+def test_structured_array_table_matches_dataframe():
+    rng = np.random.default_rng(3)
+    d = rng.integers(0, 5000, (8, 8))
+    tr = schedule(d, 2).transfers()
+    rec = np.rec.fromarrays(
+        [tr[c].astype(str).to_numpy() if c == "phase" else tr[c].to_numpy() for c in tr.columns],
+        names=list(tr.columns),
+    )
+    assert a2a.fast(d, rec, fab(2)).time_us == pytest.approx(a2a.fast(d, tr, fab(2)).time_us)
+
+
+def test_balance_only_has_incast_and_no_stages():
+    rng = np.random.default_rng(7)
+    g, s = 2, 6
+    d = rng.integers(0, 100_000, (g * s, g * s))
+    tr = schedule(d, g).transfers()
+    f = fab(g, incast=0.1)
+    bo = a2a.balance_only(d, tr, f)
+    assert bo.info["max_incast"] == s - 1
+    assert bo.time_us >= bo.lower_bound_us
+
+
+# ---------------------------------------------------------------- all-reduce closed forms
+
+
+def test_recursive_doubling_power_of_two_nodes():
+    n, nodes = 1 << 20, 8
+    f = fab(1, reduce_GBps=200.0)
+    pred = ar.recursive_doubling(n, nodes, f)
+    step = NIC_US + us(n, NIC) + us(n, 200.0)
+    assert pred.rank_finish_us == pytest.approx(np.full(nodes, STAGE + 3 * step))
+    # g = 1: NVRAR is the same butterfly on LL8 cells (twice the wire bytes), one phase
+    nv = ar.nvrar(n, nodes, f)
+    assert nv.time_us == pytest.approx(STAGE + 3 * (NIC_US + us(2 * n, NIC) + us(n, 200.0)))
+    assert ar.nvrar(n, nodes, f, ll8=False).time_us == pytest.approx(pred.time_us)
+
+
+def test_recursive_doubling_folds_a_non_power_of_two():
+    n, nodes = 4096, 3
+    f = fab(1)
+    step = NIC_US + us(n, NIC)
+    pred = ar.recursive_doubling(n, nodes, f)
+    # fold rank 2 into 0, one exchange between 0 and 1, send the result back to 2
+    assert pred.rank_finish_us == pytest.approx(
+        [STAGE + 3 * step, STAGE + 2 * step, STAGE + 3 * step]
+    )
+
+
+def test_flat_recursive_doubling_uses_scaleup_for_near_partners():
+    n, g, nodes = 1 << 16, 4, 2
+    pred = ar.recursive_doubling(n, nodes, fab(g))
+    intra, inter = UP_US + us(n, UP), NIC_US + us(n, NIC)
+    assert pred.time_us == pytest.approx(STAGE + 2 * intra + inter)
+
+
+def test_nvrar_hierarchical_closed_form():
+    n, g, nodes = 1 << 20, 4, 4
+    f = fab(g)
+    chunk = n / g
+    rs = min(UP_US + us(3 * chunk, UP), 3 * (UP_US + us(chunk, UP)))
+    inter = 2 * (NIC_US + us(2 * chunk, NIC))
+    pred = ar.nvrar(n, nodes, f)
+    assert pred.rank_finish_us == pytest.approx(np.full(g * nodes, 3 * STAGE + rs + inter + rs))
+    assert pred.info["inter_steps"] == 2
+
+
+def test_ring_closed_form():
+    n, g, nodes = 1 << 20, 4, 2
+    p = g * nodes
+    f = fab(g, reduce_GBps=100.0)
+    expect = (
+        STAGE + 2 * (p - 1) * (NIC_US + us(n / p, NIC)) + us((p - 1) / p * n, 100.0)
+    )  # nvrar.md: 2(p-1)α + 2((p-1)/p)nβ + ((p-1)/p)nγ
+    assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
+
+
+def test_nccl_like_picks_the_faster_of_ring_and_tree():
+    f = fab(8, msg_us=3.0)
+    small, large = ar.nccl(1 << 12, 2, f), ar.nccl(1 << 30, 2, f)
+    assert small.info["algo"] == "tree"  # 2(g-1) NVLink + 2 network hops beat 2(P-1) hops
+    assert large.info["algo"] == "ring"  # the ring moves 2(P-1)/P n per GPU, the tree 2n
+    for pred in (small, large):
+        assert pred.time_us == pytest.approx(min(pred.info["ring_us"], pred.info["tree_us"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 1 << 26),
+    nodes=st.integers(1, 40),
+    g=st.sampled_from([1, 2, 4, 8]),
+    algo=st.sampled_from(ar.ALGORITHMS),
+)
+def test_allreduce_never_beats_its_lower_bound(n, nodes, g, algo):
+    pred = ar.predict(algo, n, nodes, fab(g))
+    assert pred.rank_finish_us.shape == (nodes * g,)
+    assert pred.time_us >= pred.lower_bound_us - 1e-9
+
+
+def test_allreduce_bad_input():
+    with pytest.raises(ValueError, match="no all-reduce model"):
+        ar.predict("butterfly", 1024, 2, fab())
+    with pytest.raises(ValueError, match="size"):
+        ar.ring(-1, 2, fab())
+    with pytest.raises(ValueError, match="node count"):
+        ar.nvrar(1024, 0, fab())
