@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     "suite.driver",
     "suite.jobs_cli",
     "suite.sweep",
+    "suite.simulate",
     "suite.report_cli",
 ]
 
