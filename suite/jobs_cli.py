@@ -130,7 +130,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         + (f", {p.servers_per_node} emulated servers per node" if p.servers_per_node > 1 else ""),
         f"  nics        {p.nic_model}",
         f"  launchers   {', '.join(sorted(p.launchers))} (default {p.launcher})",
-        f"  resources   -c {p.cpus_per_task}, GPUs via {p.gpu_option}, exclusive {p.exclusive}",
+        f"  resources   -c {p.cpus_per_task or 'unset'}, GPUs via {p.gpu_option}, exclusive {p.exclusive}",
         f"  forbidden   {', '.join('--' + o for o in p.forbidden) or 'none'}",
         f"  modules     {' '.join(p.modules) or 'none'}",
         f"  limits      max_nodes {p.limits.max_nodes}, max_walltime "
@@ -199,7 +199,7 @@ def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[jobs.Job]:
         profile, site_data.get(profile.name, {}), str(site_path)
     )
     available = jobs.registered_implementations()
-    if args.experiment and args.collective:
+    if args.experiment and (args.collective or args.impl or args.workload or args.datatype):
         raise UsageError("give --experiment NAME or run options (--collective ...), not both")
     if args.experiment:
         experiment = jobs.load_experiment(args.experiment)
@@ -269,7 +269,8 @@ def _write_all(rendered: list[jobs.Job]) -> list[Path]:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    for job, path in zip(rendered := render_jobs(args), _write_all(rendered), strict=True):
+    rendered = render_jobs(args)
+    for job, path in zip(rendered, _write_all(rendered), strict=True):
         a = job.allocation
         print(f"{path}  ({a.nodes} node(s) x {a.tasks_per_node} rank(s), {len(job.runs)} run(s))")
     return 0
