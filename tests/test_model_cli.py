@@ -1,0 +1,125 @@
+"""``commbench simulate``: profiles to fabric, records marked modelled, the table, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from suite.cli import main
+from suite.errors import UsageError
+from suite.jobs import load_profile
+from suite.simulate import fabric_from_profile
+
+
+def records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_fabric_comes_from_the_profile():
+    prof = load_profile("h200").fabric
+    f = fabric_from_profile("h200")
+    assert f.gpus_per_node == load_profile("h200").gpus_per_node
+    assert f.nic_GBps == pytest.approx(prof.scaleout_GBps * prof.nics_per_node / 8)
+    assert f.nic_us == prof.scaleout_latency_us
+    assert f.scaleup_GBps == prof.scaleup_GBps
+    assert f.scaleup_peer_GBps == prof.scaleup_peer_GBps
+    assert f.stage_us == prof.stage_cost_us
+
+
+def test_overrides_win_and_one_gpu_nodes_have_no_scaleup():
+    f = fabric_from_profile("h200", stage_us=2.0, nic_us=0.5, incast=0.1, nic_GBps=None)
+    assert (f.stage_us, f.nic_us, f.incast) == (2.0, 0.5, 0.1)
+    assert fabric_from_profile("h200", gpus_per_node=4).gpus_per_node == 4
+    vista = fabric_from_profile("vista")
+    assert vista.gpus_per_node == 1 and math.isinf(vista.scaleup_GBps)
+
+
+def test_bad_overrides_are_usage_errors():
+    with pytest.raises(UsageError, match="nic_GBps"):
+        fabric_from_profile("h200", nic_GBps=0.0)
+    with pytest.raises(UsageError, match="unknown system"):
+        fabric_from_profile("no-such-machine")
+
+
+def test_alltoallv_records_and_table(tmp_path, capsys):
+    out = tmp_path / "model.jsonl"
+    rc = main(
+        ["simulate", "alltoallv", "--system", "h200", "--servers", "2,3", "--size", "1M,4M",
+         "--workload", "zipf:0.8", "--impls", "fast,fanout,spreadout,balance-only",
+         "--stage-us", "2", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "MODELLED" in text and "stage 2 us" in text
+    recs = records(out)
+    assert len(recs) == 2 * 2 * 4
+    for r in recs:
+        assert r["backend"] == "model" and r["modelled"] is True and r["system"] == "h200"
+        assert r["collective"] == "alltoallv" and r["gpus_per_node"] == 8
+        assert r["nranks"] == r["nodes"] * 8 == len(r["rank_finish_us"])
+        assert r["time_us_max"] == pytest.approx(max(r["rank_finish_us"]))
+        assert r["time_us_min"] == pytest.approx(min(r["rank_finish_us"]))
+        assert r["time_us"] == r["time_us_max"]  # -a 3 for all-to-allv
+        assert r["algbw_GBps"] == pytest.approx(r["metric_bytes"] / r["time_us"] / 1e3)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * (r["nranks"] - 1) / r["nranks"])
+        assert r["info"]["time_over_lb"] >= 1.0
+        assert r["fabric"]["stage_us"] == 2.0
+    fast = [r for r in recs if r["impl"] == "fast"]
+    assert all(r["info"]["stages"] >= r["nodes"] - 1 for r in fast)
+    assert all(r["info"]["stage_cost_bytes"] > 0 for r in fast)  # the model fed the scheduler
+    assert {r["impl"] for r in recs} == {"fast", "fanout", "spreadout", "balance-only"}
+    assert text.count("*") >= 4  # one fastest per (servers, size)
+
+
+def test_allreduce_records(tmp_path, capsys):
+    out = tmp_path / "ar.jsonl"
+    rc = main(
+        ["simulate", "allreduce", "--system", "perlmutter", "--nodes", "2,3", "-b", "64K",
+         "-e", "256K", "--impls", "nvrar,ring,recursive-doubling,nccl", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    recs = records(out)
+    assert len(recs) == 2 * 3 * 4
+    for r in recs:
+        assert (
+            r["modelled"] is True
+            and r["dtype"] == "bfloat16"
+            and r["count"] == r["size_bytes"] // 2
+        )
+        assert r["busbw_factor"] == pytest.approx(2 * (r["nranks"] - 1) / r["nranks"])
+        assert r["nranks"] == r["nodes"] * 4
+    nccl = [r for r in recs if r["impl"] == "nccl"]
+    assert all(r["info"]["algo"] in ("ring", "tree") for r in nccl)
+    assert "nvrar" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["allreduce", "--system", "h200", "--nic-GBps", "0"], "nic_GBps"),
+        (["allreduce", "--system", "h200", "--impls", "bogus"], "bogus"),
+        (["allreduce", "--system", "h200", "--nodes", "0"], "--nodes"),
+        (["allreduce", "--system", "h200", "--size", "3"], "multiple"),
+        (["alltoallv", "--system", "h200", "--workload", "nope"], "workload"),
+        (["alltoallv", "--system", "h200", "--size", "1M", "-b", "1K"], "either"),
+        (["alltoallv", "--system", "h200", "--param", "colour=blue"], "colour"),
+        (["allreduce", "--system", "h200", "--param", "strategy=bvn"], "alltoallv"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+
+
+def test_one_gpu_per_node_system():
+    from kernels.model import alltoallv as a2a
+    from suite.workloads import generate
+
+    f = fabric_from_profile("vista")
+    d = generate("zipf:0.8", 4, 1 << 20, seed=1)
+    assert a2a.fanout(d, f).rank_finish_us.shape == (4,)
+    assert np.isfinite(a2a.spreadout(d, f).time_us)
