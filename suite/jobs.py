@@ -132,13 +132,13 @@ class _Table:
             return default
         return self.data[key]
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+    def text(self, key: str, default: str | None = None, required: bool = False) -> str | None:
         value = self._get(key, default, required)
         if value is not None and not isinstance(value, str):
             raise UsageError(f"{self.where}: {key} must be a string, not {value!r}")
         return value
 
-    def int(self, key: str, default: int | None = None, required: bool = False) -> int | None:
+    def integer(self, key: str, default: int | None = None, required: bool = False) -> int | None:
         value = self._get(key, default, required)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UsageError(f"{self.where}: {key} must be an integer, not {value!r}")
@@ -152,7 +152,7 @@ class _Table:
             raise UsageError(f"{self.where}: {key} must not be negative ({value})")
         return float(value)
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def flag(self, key: str, default: bool = False) -> bool:
         value = self._get(key, default, False)
         if not isinstance(value, bool):
             raise UsageError(f"{self.where}: {key} must be true or false, not {value!r}")
@@ -312,12 +312,12 @@ def load_fabric(name: str) -> Fabric:
 
 
 def _walltime_field(t: _Table, key: str) -> int | None:
-    text = t.str(key)
+    text = t.text(key)
     return None if text is None else parse_walltime(text)
 
 
 def _limit(t: _Table) -> Limit:
-    lim = Limit(t.int("max_nodes"), _walltime_field(t, "max_walltime"))
+    lim = Limit(t.integer("max_nodes"), _walltime_field(t, "max_walltime"))
     if lim.max_nodes is not None and lim.max_nodes < 1:
         raise UsageError(f"{t.where}: max_nodes must be at least 1")
     return lim
@@ -328,12 +328,12 @@ def _site_key(name: str, t: _Table) -> SiteKey:
         raise UsageError(f"{t.where}: site key {name!r} must be lower_case_with_underscores")
     key = SiteKey(
         name=name,
-        help=t.str("help", ""),
-        default=t.str("default", ""),
-        required=t.bool("required"),
-        multinode_only=t.bool("multinode_only"),
-        env=t.str("env"),
-        option=t.str("option"),
+        help=t.text("help", ""),
+        default=t.text("default", ""),
+        required=t.flag("required"),
+        multinode_only=t.flag("multinode_only"),
+        env=t.text("env"),
+        option=t.text("option"),
     )
     t.done()
     if key.env is not None and not _ENV_NAME_RE.match(key.env):
@@ -356,20 +356,20 @@ def _env_map(t: _Table, key: str) -> dict[str, str]:
 def parse_profile(data: Mapping, path: Path) -> Profile:
     """Validate profile ``data`` (read from ``path``) into a :class:`Profile`."""
     top = _Table(data, str(path))
-    name = top.str("name", required=True)
+    name = top.text("name", required=True)
     if name != path.stem:
         raise UsageError(f"{path}: name {name!r} must match the file name {path.stem!r}")
-    description = top.str("description", required=True)
-    if top.str("scheduler", "slurm") != "slurm":
+    description = top.text("description", required=True)
+    if top.text("scheduler", "slurm") != "slurm":
         raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
 
     dev = top.table("devices", required=True)
-    backend = dev.str("backend", required=True)
+    backend = dev.text("backend", required=True)
     if backend not in BACKENDS:
         raise UsageError(f"{dev.where}: backend must be one of {', '.join(BACKENDS)}")
-    vendor, model = dev.str("vendor", required=True), dev.str("model", required=True)
-    gpus = dev.int("gpus_per_node", required=True)
-    servers = dev.int("servers_per_node", 1)
+    vendor, model = dev.text("vendor", required=True), dev.text("model", required=True)
+    gpus = dev.integer("gpus_per_node", required=True)
+    servers = dev.integer("servers_per_node", 1)
     if gpus < 1 or servers < 1:
         raise UsageError(f"{dev.where}: gpus_per_node and servers_per_node must be >= 1")
     if servers > 1 and backend != "cpu":
@@ -377,33 +377,33 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     dev.done()
 
     nics = top.table("nics", required=True)
-    nic_model = nics.str("model", required=True)
+    nic_model = nics.text("model", required=True)
     nics.done()
 
     res = top.table("resources", required=True)
-    cpus_per_task = res.int("cpus_per_task")
-    gpu_option = res.str("gpu_option", "gpus-per-node")
+    cpus_per_task = res.integer("cpus_per_task")
+    gpu_option = res.text("gpu_option", "gpus-per-node")
     if gpu_option not in GPU_OPTIONS:
         raise UsageError(f"{res.where}: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
-    exclusive = res.bool("exclusive")
+    exclusive = res.flag("exclusive")
     forbidden = tuple(canonical_option(o, res.where) for o in res.strs("forbidden"))
     res.done()
 
     launch = top.table("launch", required=True)
-    default_launcher = launch.str("default", required=True)
+    default_launcher = launch.text("default", required=True)
     launchers = {}
     for lname in sorted(set(launch.data) - {"default"}):
         if lname not in LAUNCHERS:
             raise UsageError(f"{launch.where}: unknown launcher {lname!r} ({', '.join(LAUNCHERS)})")
         lt = launch.table(lname)
-        launchers[lname] = Launcher(lname, lt.str("command", lname), lt.strs("options"))
+        launchers[lname] = Launcher(lname, lt.text("command", lname), lt.strs("options"))
         lt.done()
     if default_launcher not in launchers:
         raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
     launch.done()
 
     run = top.table("run", required=True)
-    python = run.str("python", required=True)
+    python = run.text("python", required=True)
     modules = run.strs("modules")
     pre_run, post_run = run.strs("pre_run"), run.strs("post_run")
     extra_sbatch = run.strs("extra_sbatch")
@@ -431,14 +431,14 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
 
     fab = top.table("fabric", required=True)
     fabric = Fabric(
-        scaleup=fab.str("scaleup", required=True),
+        scaleup=fab.text("scaleup", required=True),
         scaleup_GBps=fab.num("scaleup_GBps"),
         scaleup_peer_GBps=fab.num("scaleup_peer_GBps"),
         scaleup_latency_us=fab.num("scaleup_latency_us"),
-        scaleout=fab.str("scaleout", required=True),
+        scaleout=fab.text("scaleout", required=True),
         scaleout_GBps=fab.num("scaleout_GBps"),
         scaleout_latency_us=fab.num("scaleout_latency_us"),
-        nics_per_node=fab.int("nics_per_node", required=True),
+        nics_per_node=fab.integer("nics_per_node", required=True),
         stage_cost_us=fab.num("stage_cost_us"),
     )
     fab.done()
@@ -447,10 +447,10 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     if "calibration" in top.data:
         cal = top.table("calibration")
         calibration = Calibration(
-            collective=cal.str("collective", "allreduce"),
-            impl=cal.str("impl", required=True),
-            size=format_size(parse_size(cal.str("size", "1M"))),
-            pattern=cal.str("pattern", required=True),
+            collective=cal.text("collective", "allreduce"),
+            impl=cal.text("impl", required=True),
+            size=format_size(parse_size(cal.text("size", "1M"))),
+            pattern=cal.text("pattern", required=True),
         )
         cal.done()
         re.compile(calibration.pattern)
@@ -519,7 +519,7 @@ def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profi
     t = _Table(table, f"{where} [{profile.name}]")
     values = {}
     for key in profile.site:
-        value = t.str(key) if key in t.data else None
+        value = t.text(key) if key in t.data else None
         if value is not None:
             values[key] = value
     changes: dict[str, Any] = {}
@@ -529,7 +529,7 @@ def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profi
     if "max_nodes" in t.data or "max_walltime" in t.data:
         lim = profile.limits
         changes["limits"] = Limit(
-            t.int("max_nodes", lim.max_nodes),
+            t.integer("max_nodes", lim.max_nodes),
             _walltime_field(t, "max_walltime") or lim.max_walltime_s,
         )
     extra = sorted(set(t.data) - t.used)
@@ -866,9 +866,9 @@ def _step_fields(t: _Table) -> dict[str, Any]:
         if key not in t.data:
             continue
         if kind == "int":
-            out[key] = t.int(key)
+            out[key] = t.integer(key)
         elif kind == "str":
-            out[key] = t.str(key)
+            out[key] = t.text(key)
         else:
             value = t._get(key, None, False)
             if isinstance(value, bool) or not isinstance(value, int | str):
@@ -914,8 +914,8 @@ def load_experiments(path: Path = EXPERIMENTS_FILE) -> dict[str, Experiment]:
             raise UsageError(f"{where}: steps must be a non-empty array of tables")
         out[name] = Experiment(
             name=name,
-            description=t.str("description", required=True),
-            walltime_s=parse_walltime(t.str("walltime", required=True)),
+            description=t.text("description", required=True),
+            walltime_s=parse_walltime(t.text("walltime", required=True)),
             steps=tuple(parse_step(s, f"{where} step {i + 1}") for i, s in enumerate(steps_data)),
         )
         t.done()
