@@ -30,7 +30,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export MPIEXEC
 
-.PHONY: install run test bench gpu-check figures lint clean
+.PHONY: install run test bench gpu-check figures report slurm jobs lint clean
 
 install: $(VENV)/.installed
 
@@ -60,6 +60,16 @@ gpu-check: install
 
 figures: install
 	$(PY) -m analysis figures results -o results/figures
+
+report: install
+	$(BIN)/commbench report results -o results/report.html
+
+# A single-node Slurm on this machine (Debian's slurm-wlm and munge; run as root).
+slurm:
+	bash jobs/local-slurm.sh start
+
+jobs: install
+	$(BIN)/commbench jobs submit --system local --nodes 1 --experiment interconnect
 
 lint: install
 	$(BIN)/ruff check suite kernels analysis tests
