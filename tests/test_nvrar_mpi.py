@@ -73,3 +73,24 @@ def test_driver_runs_nvrar_without_wrong_results(tmp_path, nranks, g):
     assert (df["nodes"] == nranks // g).all()
     info = df["info"].iloc[0]
     assert info["inter_node_steps"] == 3  # 3 nodes: fold-in, 1 exchange, fold-out; 8: 3
+
+
+def test_benchmark_table_starts_itself_and_checks_results():
+    # `make bench` runs the module without mpiexec: it must start itself, measure every
+    # implementation and report #wrong 0 (tiny settings: this is a smoke run, not numbers).
+    import subprocess
+    import sys
+
+    from tests.mpirun import ROOT, mpi_env
+
+    env = {k: v for k, v in mpi_env().items() if not k.startswith(("OMPI_COMM_", "PMIX_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.benchmarks.nvrar", "--np", "4", "--gpus-per-node", "2",
+         "-n", "1", "-w", "0", "--rounds", "1", "--impls", "nvrar,mpi,ring"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["64K", "128K", "256K", "512K", "1M", "2M"]
+    assert all(r[-1] == "0" for r in rows)  # #wrong
+    assert "max over ranks" in proc.stdout and "2 emulated nodes x 2" in proc.stdout

@@ -335,3 +335,20 @@ def test_implementations_are_registered():
     assert lookup("allreduce", "nvrar").backends == ("cpu", "cuda")
     for name in ("ring", "recursive-doubling", "rabenseifner"):
         assert "cpu" in lookup("allreduce", name).backends
+
+
+def test_benchmark_module_pure_parts(monkeypatch):
+    from suite.benchmarks import nvrar as bench
+
+    for var in bench._LAUNCHED:
+        monkeypatch.delenv(var, raising=False)
+    assert not bench.under_launcher()
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
+    assert bench.under_launcher()
+    args = bench.build_parser().parse_args([])
+    assert (args.command, args.np, args.gpus_per_node, args.dtype) == ("table", 8, 4, "bf16")
+    assert bench.SIZES[0] == 64 << 10 and bench.SIZES[-1] == 2 << 20
+    cpu = bench.candidates("cpu")
+    assert all(set(c) == {"chunk_bytes"} for c in cpu) and len(cpu) > 1
+    gpu = bench.candidates("cuda")
+    assert all(Tuning(c["chunk_bytes"], c["blocks"], c["threads"]) for c in gpu)
