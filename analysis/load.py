@@ -26,6 +26,10 @@ synthesised schedule (repeat a point to show its spread)::
      "system": "h200",              # fabric constants the model used       (optional)
      "run_id": "...", "timestamp": "...", "git_sha": "..."}          (optional)
 
+FAST point records that carry their schedule in ``info`` (``synthesis_us``, ``stages``,
+``strategy``, ``lower_bound_bytes``, ``time_over_lb``: what ``commbench simulate`` writes)
+also give one schedule row each, so figure 4 has data from the cost model too.
+
 Loading adds columns: ``source_file``/``source_line`` (where the record came from),
 ``kind`` (``"measured"`` or ``"modelled"``), ``workload_key`` (the workload spec without
 its ``@SEED``, so seeds of one law group together), ``zipf_s`` (the Zipf exponent, NaN for
@@ -212,13 +216,55 @@ def load_schedules(*paths: str | os.PathLike) -> pd.DataFrame:
 
 
 def load_all(*paths: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(points, schedules)`` from every result file under ``paths`` (one read)."""
+    """``(points, schedules)`` from every result file under ``paths`` (one read).
+
+    ``schedules`` holds the schedule records and, in addition, one row per FAST point
+    record whose ``info`` carries the schedule it ran or modelled (``synthesis_us`` and
+    ``stages``, as ``commbench simulate`` writes them): see :func:`schedules_from_points`.
+    """
     points: list[dict] = []
     schedules: list[dict] = []
     for f in result_files(paths):
         for rec in read_records(f):
             (schedules if rec.get("collective") == SCHEDULE else points).append(rec)
+    schedules.extend(schedules_from_points(points))
     return normalise_points(points), normalise_schedules(schedules)
+
+
+def schedules_from_points(records: Iterable[dict]) -> list[dict]:
+    """Schedule rows from FAST point records that carry ``info.synthesis_us`` and
+    ``info.stages`` (``info.strategy``, ``info.lower_bound_bytes`` and ``info.time_over_lb``
+    when present)."""
+    rows = []
+    for rec in records:
+        info = rec.get("info")
+        if rec.get("impl") != "fast" or not isinstance(info, dict):
+            continue
+        if info.get("synthesis_us") is None or info.get("stages") is None:
+            continue
+        nodes, gpn = rec.get("nodes"), rec.get("gpus_per_node")
+        gpus = rec.get("nranks") or (nodes * gpn if nodes and gpn else None)
+        if not gpus or not nodes:
+            continue
+        rows.append(
+            {
+                "collective": SCHEDULE,
+                "gpus": gpus,
+                "servers": nodes,
+                "strategy": str(info.get("strategy", "fast")),
+                "synthesis_us": info["synthesis_us"],
+                "stages": info["stages"],
+                "lower_bound": info.get("lower_bound_bytes"),
+                "modelled_time_over_lb": info.get("time_over_lb") if rec.get("modelled") else None,
+                "workload": rec.get("workload"),
+                "size_bytes": rec.get("size_bytes"),
+                "system": rec.get("system"),
+                "run_id": rec.get("run_id"),
+                "source_file": rec.get("source_file"),
+                "source_line": rec.get("source_line"),
+            }
+        )
+    return rows
 
 
 def normalise_points(records: list[dict]) -> pd.DataFrame:

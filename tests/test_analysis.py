@@ -100,12 +100,12 @@ def test_load_reads_files_and_directories_and_skips_raw_side_files(results_dir, 
         json.dumps({"run_id": "x", "point": 0, "samples_us": [1.0]}) + "\n"
     )
     points, schedules = load_all(results_dir)
-    assert len(points) == 250 and len(schedules) == 30
+    assert len(points) == 186 and len(schedules) == 30
     assert set(points["kind"]) == {"measured", "modelled"}
     assert set(POINT_COLUMNS) <= set(points.columns)
     one = results_dir / "vista" / "allreduce.jsonl"
     both, _ = load_all(one, results_dir / "mi300x")
-    assert len(both) == 24 + 60
+    assert len(both) == 24 + 50
     assert both["source_line"].min() == 1 and both["source_file"].str.endswith(".jsonl").all()
     with pytest.raises(ValueError, match="raw per-iteration side file"):
         load_all(results_dir / "perlmutter" / "run1" / "allreduce.raw.jsonl")
@@ -499,3 +499,16 @@ def test_spread_band_contains_the_line(loaded):
     points, _ = loaded
     s = summarise(points, ["system", "impl", "size_bytes", "kind"], "busbw")
     assert np.all(s["low"] <= s["value"] + 1e-12) and np.all(s["value"] <= s["high"] + 1e-12)
+
+
+def test_fast_records_with_schedule_info_feed_figure_4(tmp_path):
+    rec = make_record(collective="alltoallv", impl="fast", workload="zipf:0.8", modelled=True)
+    rec["info"] = {"strategy": "bottleneck", "synthesis_us": 180.0, "stages": 9,
+                   "lower_bound_bytes": 1024, "time_over_lb": 1.04}  # fmt: skip
+    plain = make_record(collective="alltoallv", impl="fanout", workload="zipf:0.8")
+    write_jsonl(tmp_path / "sim.jsonl", [rec, plain])
+    points, schedules = load_all(tmp_path)
+    assert len(points) == 2 and len(schedules) == 1
+    row = schedules.iloc[0]
+    assert (row["gpus"], row["servers"], row["strategy"], row["stages"]) == (16, 4, "bottleneck", 9)
+    assert row["modelled_time_over_lb"] == 1.04 and row["source_line"] == 1

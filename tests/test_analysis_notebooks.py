@@ -6,12 +6,12 @@ import nbformat
 import pytest
 
 from analysis.notebooks import NOTEBOOK_DIR, NOTEBOOKS, execute_notebook, inject_parameters
-from tests.test_analysis_data import synthetic_results
+from tests.test_analysis_data import small_results
 
 
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory):
-    return synthetic_results(tmp_path_factory.mktemp("nb-results"))
+    return small_results(tmp_path_factory.mktemp("nb-results"))
 
 
 def test_every_notebook_is_thin_and_parameterised():
