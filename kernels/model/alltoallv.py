@@ -165,33 +165,64 @@ _CODE = {name: i for i, name in enumerate(sorted(PHASES))}
 
 
 def _stage_rows(cols: dict) -> tuple[np.ndarray, np.ndarray, int]:
-    """Mask of stage rows and the execution position (0..K-1) of each row's stage."""
+    """Mask of stage rows, the execution position (0..K-1) of each row's stage (-1 when
+    the row's stage has no rail transfer), and K."""
     is_stage = cols["phase"] == _CODE["stage"]
-    ids = np.unique(cols["stage"][is_stage])
-    pos = np.searchsorted(ids, cols["stage"])
-    return is_stage, np.where(np.isin(cols["stage"], ids), pos, -1), ids.size
+    stage = cols["stage"]
+    if not is_stage.any():
+        return is_stage, np.full(stage.size, -1, dtype=np.int64), 0
+    if stage[is_stage].min() < 0:
+        raise ValueError("transfers table: a stage row has a negative stage number")
+    present = np.bincount(stage[is_stage]) > 0
+    lookup = np.where(present, np.cumsum(present) - 1, -1)
+    inside = (stage >= 0) & (stage < lookup.size)
+    pos = np.full(stage.size, -1, dtype=np.int64)
+    pos[inside] = lookup[stage[inside]]
+    return is_stage, pos, int(present.sum())
 
 
-def _merge(step: np.ndarray, src: np.ndarray, dst: np.ndarray, nb: np.ndarray, p: int):
-    """Sum rows that share (step, src, dst): one message per pair and step."""
-    key = (step * p + src) * p + dst
-    uniq, inv = np.unique(key, return_inverse=True)
-    total = np.bincount(inv, nb.astype(np.float64), uniq.size)
-    return uniq // (p * p), (uniq // p) % p, uniq % p, total
+def _pairs(src: np.ndarray, dst: np.ndarray, nb: np.ndarray, p: int, g: int):
+    """Sum rows that share (src, dst): one message per pair.
+
+    Rows inside a node and rail-aligned rows between nodes (all of FAST's) get a compact
+    key (destination's local index, or G + destination node), summed with ``bincount``;
+    anything else falls back to a sort.
+    """
+    cross = (src // g) != (dst // g)
+    nbf = nb.astype(np.float64)
+    if not (dst[cross] % g == src[cross] % g).all():
+        uniq, inv = np.unique(src * p + dst, return_inverse=True)
+        return uniq // p, uniq % p, np.bincount(inv, nbf, uniq.size)
+    width = g + p // g
+    key = src * width + np.where(cross, g + dst // g, dst % g)
+    uniq = np.flatnonzero(np.bincount(key))
+    total = np.bincount(key, nbf)[uniq]
+    usrc, ucode = uniq // width, uniq % width
+    udst = np.where(ucode < g, (usrc // g) * g + ucode, (ucode - g) * g + usrc % g)
+    return usrc, udst, total
 
 
-def _run_steps(fabric: Fabric, p: int, step, src, dst, nb) -> tuple[np.ndarray, list[float]]:
-    """Run the steps in order; returns final per-rank times and the makespan after each."""
-    step, src, dst, nb = _merge(step, src, dst, nb, p)
-    bounds = np.flatnonzero(np.diff(step)) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [step.size]))
+def _run_steps(fabric: Fabric, p: int, step, src, dst, nb) -> tuple[np.ndarray, np.ndarray, list]:
+    """Run the steps in increasing order (rows of one step are one grouped call).
+
+    Returns the final per-rank times, the step numbers that had rows, and the makespan
+    after each of them.
+    """
+    narrow = np.int16 if step.size and step.max() < np.iinfo(np.int16).max else np.int64
+    order = np.argsort(step.astype(narrow), kind="stable")  # a radix sort for int16
+    first = step.min() if step.size else 0
+    counts = np.bincount(step - first) if step.size else np.zeros(0, dtype=np.int64)
+    steps = np.flatnonzero(counts) + first
+    bounds = np.concatenate(([0], np.cumsum(counts[counts > 0]))).tolist()
     ready = np.zeros(p)
     marks = []
-    for a, b in zip(starts, ends, strict=True):
-        ready = step_finish(fabric, ready, src[a:b], dst[a:b], nb[a:b])
+    g = fabric.gpus_per_node
+    for i in range(len(steps)):
+        rows = order[bounds[i] : bounds[i + 1]]
+        s_, d_, n_ = _pairs(src[rows], dst[rows], nb[rows], p, g)
+        ready = step_finish(fabric, ready, s_, d_, n_)
         marks.append(float(ready.max()))
-    return ready, marks
+    return ready, steps, marks
 
 
 def fast(
@@ -234,8 +265,7 @@ def fast(
         xd = np.concatenate((dst[keep], src[lent]))
         xn = np.concatenate((nb[keep], nb[lent]))
         xstep = np.concatenate((step[keep], step[lent] - 1))
-    ready, marks = _run_steps(fabric, p, xstep, xs, xd, xn)
-    steps_present = np.unique(xstep)
+    ready, steps_present, marks = _run_steps(fabric, p, xstep, xs, xd, xn)
     prologue = marks[0] if steps_present.size and steps_present[0] == 0 else 0.0
     last_stage_idx = int(np.searchsorted(steps_present, k, side="right")) - 1
     stages_end = marks[last_stage_idx] if k else prologue
@@ -261,9 +291,9 @@ def _stage_bytes_per_nic(cols, is_stage, pos, k: int, p: int) -> int:
     """Σ over stages of the largest bytes one NIC sends in that stage."""
     if not k:
         return 0
-    per = np.zeros((k, p))
-    np.add.at(per, (pos[is_stage], cols["src"][is_stage]), cols["nbytes"][is_stage])
-    return int(per.max(axis=1).sum())
+    key = pos[is_stage] * p + cols["src"][is_stage]
+    per = np.bincount(key, cols["nbytes"][is_stage].astype(np.float64), k * p)
+    return int(per.reshape(k, p).max(axis=1).sum())
 
 
 def _check_lending(cols, is_bal, lent, p: int) -> None:
@@ -288,7 +318,7 @@ def balance_only(traffic: np.ndarray, transfers, fabric: Fabric) -> Prediction:
     phase = cols["phase"]
     # rail rows (stages and tail) all go at once in step 1
     step = np.select([phase == _CODE["balance"], phase == _CODE["redistribute"]], [0, 2], default=1)
-    ready, _ = _run_steps(fabric, p, step, cols["src"], cols["dst"], cols["nbytes"])
+    ready, _, _ = _run_steps(fabric, p, step, cols["src"], cols["dst"], cols["nbytes"])
     rail = (phase == _CODE["stage"]) | (phase == _CODE["tail"])
     pairs = np.unique(cols["src"][rail] * p + cols["dst"][rail])
     senders = np.bincount(pairs % p, minlength=p)
