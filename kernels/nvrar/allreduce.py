@@ -1,4 +1,18 @@
-"""The registered ``nvrar`` all-reduce: the hierarchy around the inter-node LL8 step."""
+"""The registered ``nvrar`` all-reduce: the hierarchy around the inter-node LL8 step.
+
+Per call: intra-node reduce-scatter (``transport.reduce_scatter`` on the node group:
+MPI ``Reduce_scatter_block`` on cpu, NCCL on cuda; counts not divisible by G are padded),
+the one-sided recursive doubling of the n/G-element segment among the ranks with the same
+local index (:mod:`kernels.nvrar.cpu` / :mod:`kernels.nvrar.cuda`), then the intra-node
+all-gather. G = 1 skips the intra-node steps, one node skips the inter-node one.
+
+Params (``--param key=value``): ``timeout_s`` (default 10) how long a receiver waits for
+a partner's data or credit before raising :class:`~kernels.nvrar.schedule.NvrarTimeout`
+naming the step and the partner; ``chunk_bytes`` / ``blocks`` / ``threads`` override the
+tuning table; ``poll_sleep_us`` (cpu, default 20, 0 = only yield) the sleep between polls
+once a wait gets long. The timeout covers the inter-node step; a rank that never enters
+the intra-node collectives is the harness watchdog's to catch.
+"""
 
 from __future__ import annotations
 
