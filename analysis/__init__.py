@@ -2,7 +2,7 @@
 
 Public API (imported lazily, so ``import analysis`` costs nothing until used)::
 
-    from analysis import load_all, load_results, load_schedules, load_reference
+    from analysis import load_all, load_results, load_schedules, load_reference, run_metadata
     from analysis import figure_1, ..., figure_7, render_all, FIGURES
     from analysis import best_table, speedup_table, line_rate_table, model_error_table
     from analysis import write_report, execute_notebook
@@ -19,6 +19,7 @@ _EXPORTS = {
     "load_results": "analysis.load",
     "load_schedules": "analysis.load",
     "load_reference": "analysis.load",
+    "run_metadata": "analysis.load",
     "result_files": "analysis.load",
     "FIGURES": "analysis.figures",
     "figure_1": "analysis.figures",

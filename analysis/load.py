@@ -410,3 +410,83 @@ def load_reference(directory: str | os.PathLike | None = None) -> pd.DataFrame:
     for col in ("figure", "system", "fabric", "impl", "baseline", "collective", "workload"):
         ref[col] = ref[col].fillna("").astype(str)
     return ref
+
+
+VERSION_KEYS = (
+    "commbench",
+    "python",
+    "mpi4py",
+    "mpi",
+    "numpy",
+    "cupy",
+    "library",
+    "nvshmem",
+    "driver",
+)
+
+
+def run_metadata(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per run (``run_id`` within a results folder): what ran, where, with what.
+
+    Columns: ``run_id, folder, system, kind, backend, nodes, gpus_per_node, records,
+    collectives, impls, first, last`` (timestamps), ``git_sha``, ``versions`` (short text)
+    and ``job`` — the job's sentinel next to the results when there is one (``ready``, or
+    ``error: <first reason>``, as ``commbench jobs`` writes them), else ''.
+    """
+    cols = [
+        "run_id", "folder", "system", "kind", "backend", "nodes", "gpus_per_node", "records",
+        "collectives", "impls", "first", "last", "git_sha", "versions", "job",
+    ]  # fmt: skip
+    if points.empty:
+        return pd.DataFrame(columns=cols)
+    data = points.assign(
+        folder=points["source_file"].map(lambda f: str(Path(f).parent) if f else ""),
+        run_key=points["run_id"].fillna("").astype(str),
+    )
+    rows = []
+    for (folder, run), part in data.groupby(["folder", "run_key"], sort=True):
+        first = part.iloc[0]
+        rows.append(
+            {
+                "run_id": run,
+                "folder": folder,
+                "system": first["system"],
+                "kind": ", ".join(sorted(set(part["kind"]))),
+                "backend": ", ".join(sorted({str(b) for b in part["backend"].dropna()})),
+                "nodes": first["nodes"],
+                "gpus_per_node": first["gpus_per_node"],
+                "records": len(part),
+                "collectives": ", ".join(sorted(set(part["collective"]))),
+                "impls": ", ".join(sorted({str(i) for i in part["impl"]})),
+                "first": part["timestamp"].dropna().min()
+                if part["timestamp"].notna().any()
+                else "",
+                "last": part["timestamp"].dropna().max() if part["timestamp"].notna().any() else "",
+                "git_sha": ", ".join(sorted({str(s) for s in part["git_sha"].dropna()})),
+                "versions": _versions_text(first["versions"]),
+                "job": _job_status(Path(folder)) if folder else "",
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _versions_text(versions: object) -> str:
+    if not isinstance(versions, dict):
+        return ""
+    parts = []
+    for key in VERSION_KEYS:
+        if versions.get(key):
+            value = str(versions[key]).replace("\x00", "").split(",")[0].strip()
+            parts.append(f"{key} {value}")
+    return "; ".join(parts)
+
+
+def _job_status(folder: Path) -> str:
+    """The batch job's sentinel in ``folder``: 'ready', 'error: ...' or ''."""
+    if (folder / "error").is_file():
+        lines = (folder / "error").read_text(errors="replace").splitlines()
+        reasons = [line for line in lines if line.strip()]
+        return "error: " + (reasons[-1] if reasons else "no reason recorded")
+    if (folder / "ready").is_file():
+        return "ready"
+    return ""

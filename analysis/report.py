@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.figures import render_all
-from analysis.load import load_all, load_reference, result_files
+from analysis.load import load_all, load_reference, result_files, run_metadata
 from analysis.style import binary_label
 from analysis.tables import (
     best_table,
@@ -225,8 +225,36 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def present_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run": runs["run_id"],
+            "folder": runs["folder"],
+            "system": runs["system"],
+            "kind": runs["kind"],
+            "backend": runs["backend"],
+            "nodes×GPUs": [
+                _nodes(n, g) for n, g in zip(runs["nodes"], runs["gpus_per_node"], strict=True)
+            ],
+            "records": runs["records"],
+            "impls": runs["impls"],
+            "started": runs["first"],
+            "git": runs["git_sha"],
+            "versions": runs["versions"],
+            "job": runs["job"],
+        }
+    )
+
+
 def _sections(points, ref, rates) -> list[dict]:
     return [
+        {
+            "title": "Runs",
+            "text": "Each run's system, layout, software versions and, for batch jobs, the "
+            "job's sentinel (ready / error) found next to its results.",
+            "table": present_runs(run_metadata(points)),
+            "empty": "no runs",
+        },
         {
             "title": "Best implementation per size and system",
             "text": "Fastest implementation at each point (median chosen time over repetitions); "

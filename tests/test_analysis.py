@@ -512,3 +512,20 @@ def test_fast_records_with_schedule_info_feed_figure_4(tmp_path):
     row = schedules.iloc[0]
     assert (row["gpus"], row["servers"], row["strategy"], row["stages"]) == (16, 4, "bottleneck", 9)
     assert row["modelled_time_over_lb"] == 1.04 and row["source_line"] == 1
+
+
+def test_run_metadata_reads_versions_and_job_sentinels(tmp_path):
+    ok = write_jsonl(tmp_path / "perlmutter" / "r1" / "results.jsonl", allreduce_records(reps=1))
+    (ok.parent / "ready").write_text("2026-01-01T00:00:00Z\n")
+    bad = write_jsonl(
+        tmp_path / "vista" / "r2" / "results.jsonl", allreduce_records("vista", 2, 1, reps=1)
+    )
+    (bad.parent / "error").write_text("exit status 1\nnvrar: exit status 2 (logs/nvrar.log)\n")
+    from analysis.load import run_metadata
+
+    runs = run_metadata(load_all(tmp_path)[0]).set_index("system")
+    assert runs.loc["perlmutter", "job"] == "ready" and runs.loc["perlmutter", "records"] == 24
+    assert runs.loc["vista", "job"] == "error: nvrar: exit status 2 (logs/nvrar.log)"
+    assert runs.loc["vista", "versions"] == "python 3.11"
+    page = write_report([tmp_path], tmp_path / "r.html").read_text()
+    assert "error: nvrar: exit status 2" in page
