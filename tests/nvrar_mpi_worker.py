@@ -114,7 +114,7 @@ def repeat(nodes: int, g: int, calls: int) -> dict:
     impl = lookup("allreduce", "nvrar").factory(t, {"timeout_s": 30})
     p, r = topo.size, topo.rank
     cases = {}
-    for count in (5, 9):  # two sizes, two windows, alternating calls
+    for count in (5, 9):  # two sizes, two windows, back and forth
         send = np.zeros(count, np.int32)
         cases[count] = AllreduceCase(send, np.zeros(count, np.int32), count, np.dtype(np.int32))
     i = np.arange(1, 10, dtype=np.int64)
@@ -122,7 +122,7 @@ def repeat(nodes: int, g: int, calls: int) -> dict:
     t.barrier()
     t0 = time.perf_counter()
     for call in range(calls):
-        case = cases[(5, 9)[call % 2]]
+        case = cases[(5, 9)[call // 1000 % 2]]  # switch size every 1000 calls
         case.send[:] = (r + 1) * i[: case.count] + call
         impl.setup(case)
         impl.run(case)
