@@ -25,7 +25,7 @@ from analysis.load import (
     workload_key,
     zipf_exponent,
 )
-from analysis.report import write_report
+from analysis.report import figure_data_uri, write_report
 from analysis.style import MAX_TICKS, binary_label, power_of_two_ticks
 from analysis.tables import (
     best_table,
@@ -451,16 +451,19 @@ def test_html_report_is_self_contained(small_dir, tmp_path):
     )
 
 
-def test_markdown_and_svg_report(small_dir, tmp_path):
-    md = write_report([small_dir], tmp_path / "report.md")
+def test_markdown_report_with_svg_figures(small_dir, tmp_path):
+    md = write_report([small_dir], tmp_path / "report.md", image_format="svg")
     text = md.read_text()
-    assert (
-        "| kind | system |" in text
-        and "![Figure 1](report_files/fig1_allreduce_latency.png)" in text
-    )
-    assert (tmp_path / "report_files" / "fig7_model_predictions.png").exists()
-    svg = write_report([small_dir], tmp_path / "s.html", image_format="svg")
-    assert svg.read_text().count("data:image/svg+xml;base64,") == 7
+    assert "| kind | system |" in text
+    assert "![Figure 1](report_files/fig1_allreduce_latency.svg)" in text
+    assert b"<svg" in (tmp_path / "report_files" / "fig7_model_predictions.svg").read_bytes()[:400]
+
+
+def test_svg_data_uri():
+    fig = figure_1(normalise_points([]))
+    uri = figure_data_uri(fig, "svg")
+    assert uri.startswith("data:image/svg+xml;base64,")
+    assert b"<svg" in base64.b64decode(uri.split(",", 1)[1])[:400]
 
 
 def test_report_on_no_results_still_writes_a_page(tmp_path):
