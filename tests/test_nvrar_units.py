@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections import Counter
 
 import ml_dtypes
@@ -352,3 +354,38 @@ def test_benchmark_module_pure_parts(monkeypatch):
     assert all(set(c) == {"chunk_bytes"} for c in cpu) and len(cpu) > 1
     gpu = bench.candidates("cuda")
     assert all(Tuning(c["chunk_bytes"], c["blocks"], c["threads"]) for c in gpu)
+
+
+def test_cuda_kernel_names_and_source_agree():
+    from kernels.nvrar import cuda
+
+    assert cuda.recv_kernel_name(BF16, "max") == "ll8_recv<__nv_bfloat16, 2>"
+    assert cuda.recv_kernel_name(np.dtype(np.int32), "sum") == "ll8_recv<int, 0>"
+    src = cuda.KERNEL_SOURCE.read_text()
+    for name in ("ll8_begin", "ll8_wait_credit", "ll8_pack", "ll8_recv"):
+        assert f" {name}(" in src
+    assert "(t - 1ull) % 0xFFFFFFFFull + 1ull" in src  # the flag rule of cells.seq_flag
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not installed")
+def test_cuda_kernels_compile_for_every_dtype_and_op(tmp_path):
+    # No GPU needed: nvcc checks the CUDA source and every instantiation CuPy will ask for.
+    from kernels.nvrar import cuda
+
+    lines = [f'#include "{cuda.KERNEL_SOURCE}"']
+    for ctype in cuda.CTYPES.values():
+        for code in cuda.OPCODES.values():
+            lines.append(
+                f"template __global__ void ll8_recv<{ctype}, {code}>(const u64*, u64, "
+                f"const {ctype}*, {ctype}*, u64, int, u64*, const u64*, long long, "
+                "long long*, long long*, int, int);"
+            )
+    src = tmp_path / "inst.cu"
+    src.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run(
+        ["nvcc", "-std=c++17", "-arch=sm_80", "-ptx", str(src), "-o", str(tmp_path / "o.ptx")],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = (tmp_path / "o.ptx").read_text()
+    assert ptx.count(".entry") == 3 + 16

@@ -20,7 +20,8 @@ per call reads the sequence number from device memory and credits are counters
 
 Timeouts: the kernels give up after ``timeout_s`` and record (kind, step, partner, seq)
 in mapped host memory; :meth:`NvshmemRail.check` raises :class:`NvrarTimeout` from it.
-It runs at the start and end of every call and from ``info()``.
+It runs at the start and end of every call and from ``info()`` (the harness calls it after
+each point), so a failed call is reported no later than the next one.
 """
 
 from __future__ import annotations
@@ -97,8 +98,14 @@ def init_nvshmem(transport: Any) -> None:
     comm = transport.topo.world
     try:
         nvshmem.init(device=dev, mpi_comm=comm, initializer_method="mpi")
-    except Exception:  # NVSHMEM's MPI bootstrap plugin missing or built for another MPI
-        nvshmem.init(device=dev, mpi_comm=comm, initializer_method="emulated_mpi")
+    except Exception as first:  # NVSHMEM's MPI bootstrap plugin missing or for another MPI
+        try:  # unique id broadcast over the same mpi4py communicator
+            nvshmem.init(device=dev, mpi_comm=comm, initializer_method="emulated_mpi")
+        except Exception as second:
+            raise RuntimeError(
+                f"NVSHMEM initialisation failed: MPI bootstrap: {first!r}; "
+                f"unique-id bootstrap: {second!r}"
+            ) from second
     if nvshmem.my_pe() != transport.topo.rank:
         raise RuntimeError(
             f"NVSHMEM PE {nvshmem.my_pe()} != topology rank {transport.topo.rank}: "
@@ -117,16 +124,23 @@ def _shutdown() -> None:
 
 
 class _ErrorRecord:
-    """{kind, step, partner, seq} in mapped pinned host memory: kernels write, host reads."""
+    """Where kernels report a timeout: ``claim`` (device word, the first failure wins) and
+    ``host`` = {kind, step, partner, seq} in mapped pinned host memory, read without a sync."""
 
     def __init__(self) -> None:
+        import cupy
         from cupy.cuda import runtime
 
         self._runtime = runtime
+        self.claim = cupy.zeros(1, dtype=cupy.int64)
         self.ptr = runtime.hostAlloc(4 * 8, runtime.hostAllocMapped)
         self.host = np.ctypeslib.as_array((ctypes.c_longlong * 4).from_address(self.ptr))
         self.host[:] = 0
         self.device_ptr = runtime.pointerGetAttributes(self.ptr).devicePointer  # == ptr (UVA)
+
+    def args(self) -> tuple[Any, np.uint64]:
+        """The (claim, record) kernel arguments."""
+        return self.claim, np.uint64(self.device_ptr)
 
     def free(self) -> None:
         self._runtime.freeHost(self.ptr)
@@ -207,10 +221,11 @@ class NvshmemRail:
             _live_rails.remove(self)
 
     def check(self) -> None:
-        """Raise the first timeout a kernel recorded (reads host memory, no sync)."""
+        """Raise the timeout a kernel recorded (reads host memory, no sync). The record is
+        kept: after a timeout the partners' sequence numbers disagree, every later call
+        raises too."""
         kind, step, partner, seq = (int(x) for x in self.err.host)
         if kind:
-            self.err.host[:] = 0
             raise NvrarTimeout(
                 timeout_message(
                     rank=self.world_rank_of_node(self.node),
@@ -240,7 +255,7 @@ class NvshmemRail:
         w = self._windows[ncells]
         lay = w.layout
         timeout_ns = np.int64(self.timeout_s * 1e9)
-        err = np.uint64(self.err.device_ptr)
+        claim, record = self.err.args()
         grid, block = (tuning.blocks,), (tuning.threads,)
         recv_kernel = mod.get_function(recv_kernel_name(dtype, op))
         pe = self.world_rank_of_node
@@ -252,7 +267,7 @@ class NvshmemRail:
                 if step.send_to is not None:
                     mod.get_function("ll8_wait_credit")(
                         (1,), (1,),
-                        (w.array[step.index :], w.seq, timeout_ns, err,
+                        (w.array[step.index :], w.seq, timeout_ns, claim, record,
                          np.int32(step.index), np.int32(step.send_to)),
                     )  # fmt: skip
         chunk_cells = max(tuning.chunk_cells(), -(-ncells // MAX_CHUNKS))
@@ -272,7 +287,7 @@ class NvshmemRail:
                             mod.get_function("ll8_pack")(
                                 grid, block,
                                 (acc[e0:e1], np.uint64((e1 - e0) * itemsize),
-                                 w.array[send_word:], np.uint64(b - a), w.seq, err),
+                                 w.array[send_word:], np.uint64(b - a), w.seq, claim),
                             )  # fmt: skip
                         nv.put(
                             w.sub(lay.recv_offset(step.index) + a, b - a),
@@ -293,7 +308,7 @@ class NvshmemRail:
                             grid, block,
                             (w.array[lay.recv_offset(step.index) + a :], np.uint64(b - a),
                              dst[e0:e1] if replace else acc[e0:e1], dst[e0:e1], np.uint64(e1 - e0),
-                             np.int32(replace), next_ptr, w.seq, timeout_ns, err,
+                             np.int32(replace), next_ptr, w.seq, timeout_ns, claim, record,
                              np.int32(step.index), np.int32(step.recv_from)),
                         )  # fmt: skip
                         packed_step = nxt.index if fuse else None

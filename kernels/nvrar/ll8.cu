@@ -29,18 +29,24 @@ __device__ __forceinline__ u64 globaltimer() {
   return t;
 }
 
-// err: mapped host memory {code, step, partner, seq}; the first failure wins.
-__device__ void record_error(long long* err, long long code, int step, int partner, u64 seq) {
-  if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {
-    ((volatile long long*)err)[1] = step;
-    ((volatile long long*)err)[2] = partner;
-    ((volatile long long*)err)[3] = (long long)seq;
+// A timeout is claimed with an atomic on a device word (claim) - the first failure wins -
+// and then reported in mapped host memory (record = {kind, step, partner, seq}), kind
+// written last so the host never reads a half-written record.
+__device__ void record_error(long long* claim, long long* record, long long kind, int step,
+                             int partner, u64 seq) {
+  if (atomicCAS((unsigned long long*)claim, 0ull, 1ull) == 0ull) {
+    volatile long long* r = record;
+    r[1] = step;
+    r[2] = partner;
+    r[3] = (long long)seq;
+    __threadfence_system();
+    r[0] = kind;
     __threadfence_system();
   }
 }
 
-__device__ __forceinline__ bool failed(const long long* err) {
-  return *((const volatile long long*)err) != 0;
+__device__ __forceinline__ bool failed(const long long* claim) {
+  return *((const volatile long long*)claim) != 0;
 }
 
 // ---------------------------------------------------------------- element access
@@ -103,13 +109,14 @@ extern "C" __global__ void ll8_begin(u64* seq) { seq[0] += 1ull; }
 // One thread: wait until the receiver of our step has consumed the previous call
 // (credit >= seq - 1); credits are counters bumped by the receiver's SIGNAL_ADD of 1.
 extern "C" __global__ void ll8_wait_credit(const u64* credit, const u64* seq, long long timeout_ns,
-                                           long long* err, int step, int partner) {
+                                           long long* claim, long long* record, int step,
+                                           int partner) {
   const u64 t = seq[0];
   const u64 t0 = globaltimer();
   while (load_volatile(credit) < t - 1ull) {
-    if (failed(err)) return;
+    if (failed(claim)) return;
     if (globaltimer() - t0 > (u64)timeout_ns) {
-      record_error(err, ERR_CREDIT, step, partner, t);
+      record_error(claim, record, ERR_CREDIT, step, partner, t);
       return;
     }
   }
@@ -117,8 +124,8 @@ extern "C" __global__ void ll8_wait_credit(const u64* credit, const u64* seq, lo
 
 // Pack nbytes of src (4 per cell, a 2-byte tail zero-extended) with this call's flag.
 extern "C" __global__ void ll8_pack(const unsigned char* src, u64 nbytes, u64* cells, u64 ncells,
-                                    const u64* seq, const long long* err) {
-  if (failed(err)) return;
+                                    const u64* seq, const long long* claim) {
+  if (failed(claim)) return;
   const u64 flag = (u64)seq_flag(seq[0]);
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < ncells; i += (u64)gridDim.x * blockDim.x) {
     const u64 off = 4ull * i;
@@ -132,22 +139,22 @@ extern "C" __global__ void ll8_pack(const unsigned char* src, u64 nbytes, u64* c
 // step's send cells with the same flag: the reduction and the next pack are fused.
 template <typename T, int OP>
 __global__ void ll8_recv(const u64* cells, u64 ncells, const T* acc, T* out, u64 count, int replace,
-                         u64* next, const u64* seq, long long timeout_ns, long long* err, int step,
-                         int partner) {
+                         u64* next, const u64* seq, long long timeout_ns, long long* claim,
+                         long long* record, int step, int partner) {
   const int epc = 4 / (int)sizeof(T);
   const int lane_bits = 8 * (int)sizeof(T);
   const u64 t = seq[0];
   const u32 flag = seq_flag(t);
-  if (failed(err)) return;
+  if (failed(claim)) return;
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < ncells; i += (u64)gridDim.x * blockDim.x) {
     u64 c = load_volatile(cells + i);
     if ((u32)(c >> 32) != flag) {
       const u64 t0 = globaltimer();
       unsigned spins = 0;
       while ((u32)((c = load_volatile(cells + i)) >> 32) != flag) {
-        if ((++spins & 1023u) == 0u && failed(err)) return;
+        if ((++spins & 1023u) == 0u && failed(claim)) return;
         if (globaltimer() - t0 > (u64)timeout_ns) {
-          record_error(err, ERR_DATA, step, partner, t);
+          record_error(claim, record, ERR_DATA, step, partner, t);
           return;
         }
       }
