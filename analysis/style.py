@@ -73,7 +73,10 @@ def power_of_two_ticks(lo: float, hi: float, max_ticks: int = MAX_TICKS) -> list
     if not (lo > 0 and hi > 0):
         return []
     lo, hi = min(lo, hi), max(lo, hi)
-    first, last = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+    # Exact exponents (math.log2 rounds 2**40 - 0.002 up to 40.0).
+    _, e_lo = math.frexp(lo)
+    m_hi, e_hi = math.frexp(hi)
+    first, last = e_lo - 1, (e_hi - 1 if m_hi == 0.5 else e_hi)
     exponents = list(range(first, last + 1))
     step = max(1, math.ceil(len(exponents) / max_ticks))
     return [1 << e if e >= 0 else 2.0**e for e in exponents[::step]]

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from analysis import cli as analysis_cli
@@ -205,6 +205,8 @@ def test_binary_label_round_trips_within_rounding(n):
 
 
 @given(st.floats(1, 2.0**40), st.floats(1, 2.0**40))
+@example(2.0**40, 2.0**40 - 0.002)
+@example(64.0, 64.0)
 def test_power_of_two_ticks_cover_the_range(a, b):
     lo, hi = min(a, b), max(a, b)
     ticks = power_of_two_ticks(lo, hi)
