@@ -1,0 +1,248 @@
+"""Run a FAST per-rank plan on a transport: the same code for MPI, NCCL and RCCL.
+
+A :class:`~kernels.fast.plan.RankPlan` lists, step by step, the sends, receives and
+local copies of one rank (balance; intra-server traffic with rail step 0; rail step j
+with the redistribution of rail step j - 1 out of the other staging buffer; the last
+drain). :class:`PlanExecutor` turns it, once, into per-step lists of
+``(peer, buffer slice)`` pairs bound to the caller's send / receive buffers and to its own
+scratch buffers, and :meth:`PlanExecutor.run` then only posts and waits:
+
+* ``cpu``: each step is one batch of MPI ``Irecv``/``Isend`` plus ``numpy`` copies, then
+  ``Waitall``: stage j + 1's rail transfers are in flight while stage j is redistributed;
+* ``cuda`` / ``rocm``: each step is one ``ncclGroupStart/End`` holding the step's rail
+  transfers and redistribution sends / receives, followed by its device copies on the
+  same stream (stream order is the credit that lets a staging buffer be reused).
+
+By default (``groups="world"``) node and rail peers are translated to world ranks so a
+step is one group on one communicator; ``groups="split"`` posts node ops on the node
+communicator and rail ops on the rail communicator (one group each). Both match the same
+messages: two ranks that share a node and a rail are the same rank.
+
+Before anything is sent, :func:`load` checks the schedule against the case (same traffic
+matrix, same node size, a plan that reads the whole send buffer once and writes the
+whole receive buffer once, within every buffer) and makes every rank agree on a
+fingerprint of the traffic matrix: a mismatch on any rank raises the same ``ValueError``
+on every rank instead of a hang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from kernels.fast import plan as P
+
+GROUPINGS = ("world", "split")
+
+
+# ---------------------------------------------------------------- checks (pure)
+
+
+def plan_problem(
+    plan: P.RankPlan, nranks: int, gpus_per_node: int, send_bytes: int, recv_bytes: int
+) -> str | None:
+    """Why ``plan`` cannot run on a rank with these buffers, or None.
+
+    Checks op kinds, groups and peers, that every op stays inside its buffer, that the
+    reads from the send buffer cover it exactly once and the writes into the receive
+    buffer cover it exactly once (what ``MPI_Alltoallv`` reads and writes)."""
+    ops = plan.ops
+    if ops.dtype != P.OP_DTYPE:
+        return f"plan ops have dtype {ops.dtype}, expected {P.OP_DTYPE}"
+    g = int(gpus_per_node)
+    servers = nranks // g
+    if len(ops):
+        step, kind, group, peer = ops["step"], ops["kind"], ops["group"], ops["peer"]
+        nbytes = ops["nbytes"]
+        if (nbytes <= 0).any():
+            return f"op {int(np.argmax(nbytes <= 0))} moves {int(nbytes.min())} bytes"
+        if (step < 0).any() or (step >= plan.nsteps).any() or (np.diff(step) < 0).any():
+            return f"op steps are not sorted within 0..{plan.nsteps - 1}"
+        if not np.isin(kind, (P.SEND, P.RECV, P.COPY)).all():
+            return f"unknown op kind in {sorted(set(kind.tolist()))}"
+        p2p = kind != P.COPY
+        node, rail = p2p & (group == P.NODE), p2p & (group == P.RAIL)
+        if (p2p & ~node & ~rail).any():
+            return "a send or receive outside the node and rail groups"
+        if (node & ((peer < 0) | (peer >= g))).any():
+            return f"a node peer outside 0..{g - 1}: the plan is for another node size"
+        if (rail & ((peer < 0) | (peer >= servers))).any():
+            return f"a rail peer outside 0..{servers - 1}: the plan is for another rank count"
+        limits = np.zeros(len(P.BUFFER_NAMES), dtype=np.int64)
+        limits[P.SEND_BUF], limits[P.RECV_BUF] = send_bytes, recv_bytes
+        for buf, size in plan.buffer_bytes.items():
+            limits[buf] = size
+        for side, mask, forbidden in (("src", kind != P.RECV, P.RECV_BUF),
+                                      ("dst", kind != P.SEND, P.SEND_BUF)):  # fmt: skip
+            buf, off = ops[f"{side}_buf"][mask], ops[f"{side}_off"][mask]
+            if ((buf < 0) | (buf >= len(limits)) | (buf == forbidden)).any():
+                return f"an op's {side} buffer is not one it may use"
+            end = off + nbytes[mask]
+            if ((off < 0) | (end > limits[buf])).any():
+                i = int(np.argmax((off < 0) | (end > limits[buf])))
+                return (f"an op's {side} range [{int(off[i])}, {int(end[i])}) is outside the "
+                        f"{int(limits[buf[i]])}-byte {P.BUFFER_NAMES[buf[i]]} buffer")  # fmt: skip
+    reads = (ops["kind"] != P.RECV) & (ops["src_buf"] == P.SEND_BUF)
+    writes = (ops["kind"] != P.SEND) & (ops["dst_buf"] == P.RECV_BUF)
+    if not _tiles(ops["src_off"][reads], ops["nbytes"][reads], send_bytes):
+        return f"the plan does not read the {send_bytes}-byte send buffer exactly once"
+    if not _tiles(ops["dst_off"][writes], ops["nbytes"][writes], recv_bytes):
+        return f"the plan does not write the {recv_bytes}-byte receive buffer exactly once"
+    return None
+
+
+def _tiles(offsets: np.ndarray, sizes: np.ndarray, total: int) -> bool:
+    """Do the ranges ``[offset, offset + size)`` cover ``[0, total)`` exactly once?"""
+    if offsets.size == 0:
+        return total == 0
+    order = np.argsort(offsets, kind="stable")
+    off, n = offsets[order], sizes[order]
+    return bool(off[0] == 0 and (off[1:] == off[:-1] + n[:-1]).all() and off[-1] + n[-1] == total)
+
+
+def schedule_problem(schedule, traffic: np.ndarray, gpus_per_node: int, rank: int,
+                     send_bytes: int, recv_bytes: int) -> str | None:  # fmt: skip
+    """Why ``schedule``'s plan for ``rank`` does not fit this all-to-allv, or None."""
+    traffic = np.asarray(traffic)
+    if schedule.nranks != traffic.shape[0]:
+        return (f"the schedule is for {schedule.nranks} ranks but the traffic matrix has "
+                f"{traffic.shape[0]}")  # fmt: skip
+    if schedule.gpus_per_node != gpus_per_node:
+        return (f"the schedule is for {schedule.gpus_per_node} GPUs per node but the "
+                f"topology has {gpus_per_node}")  # fmt: skip
+    if not np.array_equal(schedule.traffic, traffic):
+        i, j = np.argwhere(schedule.traffic != traffic)[0]
+        return (f"the schedule was computed for another traffic matrix (entry [{i}][{j}] is "
+                f"{schedule.traffic[i, j]} there, {traffic[i, j]} here)")  # fmt: skip
+    row, col = int(traffic[rank].sum()), int(traffic[:, rank].sum())
+    if (send_bytes, recv_bytes) != (row, col):
+        return (f"rank {rank}'s buffers hold {send_bytes} / {recv_bytes} bytes but the traffic "
+                f"matrix says it sends {row} and receives {col}")  # fmt: skip
+    return plan_problem(schedule.plan(rank), schedule.nranks, gpus_per_node, row, col)
+
+
+def fingerprint(traffic: np.ndarray, *extra: int) -> int:
+    """A 63-bit hash of the matrix (and of ``extra`` integers such as the node size)."""
+    d = np.ascontiguousarray(traffic, dtype=np.int64)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(np.array([*d.shape, *extra], dtype=np.int64).tobytes())
+    h.update(d.tobytes())
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+def agree(comm: Any, problem: str | None, print_: int, what: str = "all-to-allv") -> None:
+    """Collective over ``comm`` (mpi4py): raise the same ``ValueError`` on every rank when
+    a rank has a problem or the ranks' fingerprints differ; return on every rank otherwise."""
+    views = comm.allgather((problem, int(print_)))
+    prints = [f for _, f in views]
+    if len(set(prints)) > 1:
+        other = next(r for r, f in enumerate(prints) if f != prints[0])
+        raise ValueError(
+            f"{what}: ranks hold different traffic matrices (rank 0 and rank {other} differ): "
+            "every rank must pass the same P x P matrix"
+        )
+    bad = [(r, p) for r, (p, _) in enumerate(views) if p]
+    if bad:
+        more = (
+            f" (and {len(bad) - 1} more rank{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        )
+        raise ValueError(f"{what}: rank {bad[0][0]} refuses the plan: {bad[0][1]}{more}")
+
+
+# ---------------------------------------------------------------- the executor
+
+
+class PlanExecutor:
+    """Runs bound per-rank plans on ``transport``; owns the scratch buffers.
+
+    Scratch buffers only grow (one per kind: balance, two staging, tail), so binding
+    plan after plan, as :func:`load` or a per-call scheduler does, allocates nothing once
+    the largest traffic has been seen."""
+
+    def __init__(self, transport: Any, groups: str = "world") -> None:
+        if groups not in GROUPINGS:
+            raise ValueError(f"groups must be one of {', '.join(GROUPINGS)}, got {groups!r}")
+        self.transport = transport
+        self.groups = groups
+        self._scratch: dict[int, Any] = {}
+        self._steps: list[tuple[tuple, tuple]] = []
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes of scratch memory this executor holds."""
+        return int(sum(int(a.nbytes) for a in self._scratch.values()))
+
+    @property
+    def nsteps(self) -> int:
+        """Non-empty steps of the bound plan."""
+        return len(self._steps)
+
+    def bind(self, plan: P.RankPlan, send: Any, recv: Any) -> None:
+        """Prepare ``plan`` on these buffers (byte arrays of the transport); no checks:
+        :func:`load` validates first."""
+        t = self.transport
+        for buf, need in plan.buffer_bytes.items():
+            have = self._scratch.get(buf)
+            if need > 0 and (have is None or have.size < need):
+                self._scratch[buf] = t.empty(int(need), np.uint8)
+        bufs = {P.SEND_BUF: send, P.RECV_BUF: recv, **self._scratch}
+        topo = t.topo
+        g = topo.gpus_per_node
+        node_base, local = topo.node * g, topo.local
+        split = self.groups == "split"
+        steps = []
+        for _, ops in plan.steps():
+            sends = {P.NODE: [], P.RAIL: []}
+            recvs = {P.NODE: [], P.RAIL: []}
+            copies = []
+            for _step, kind, group, peer, sb, so, db, do, n in ops.tolist():
+                if kind == P.COPY:
+                    copies.append((bufs[db][do : do + n], bufs[sb][so : so + n]))
+                    continue
+                if not split:
+                    peer = node_base + peer if group == P.NODE else peer * g + local
+                if kind == P.SEND:
+                    sends[group].append((peer, bufs[sb][so : so + n]))
+                else:
+                    recvs[group].append((peer, bufs[db][do : do + n]))
+            if split:
+                posts = tuple((name, sends[grp], recvs[grp])
+                              for name, grp in (("node", P.NODE), ("rail", P.RAIL))
+                              if sends[grp] or recvs[grp])  # fmt: skip
+            else:
+                s, r = sends[P.NODE] + sends[P.RAIL], recvs[P.NODE] + recvs[P.RAIL]
+                posts = (("world", s, r),) if s or r else ()
+            steps.append((posts, tuple(copies)))
+        self._steps = steps
+
+    def run(self) -> None:
+        """One all-to-allv: per step, post its sends and receives, copy, wait."""
+        t = self.transport
+        for posts, copies in self._steps:
+            pending = [t.start(s, r, group) for group, s, r in posts]
+            for dst, src in copies:
+                t.copy(dst, src)
+            for p in pending:
+                p.wait()
+
+
+def load(
+    executor: PlanExecutor, schedule, case, problem: str | None = None, what: str = "fast"
+) -> None:
+    """Check ``schedule`` against ``case`` on every rank, agree, then bind this rank's plan.
+
+    Collective over the world communicator. ``problem``: a reason this rank already
+    has to refuse (e.g. the scheduler rejected its matrix); ``what`` names the caller in
+    the message. Raises ``ValueError`` on
+    every rank, before anything is sent, if any rank refuses or the ranks' traffic
+    matrices differ."""
+    topo = executor.transport.topo
+    traffic = np.asarray(case.traffic)
+    send_bytes, recv_bytes = int(case.send.nbytes), int(case.recv.nbytes)
+    if problem is None:
+        problem = schedule_problem(schedule, traffic, topo.gpus_per_node, topo.rank,
+                                   send_bytes, recv_bytes)  # fmt: skip
+    agree(topo.world, problem, fingerprint(traffic, topo.gpus_per_node), what)
+    executor.bind(schedule.plan(topo.rank), case.send, case.recv)

@@ -1,0 +1,148 @@
+"""``commbench run alltoallv --impl fast | fast+sched | balance-only``.
+
+* ``fast``: the FAST schedule is computed in ``setup`` (once per traffic matrix, outside
+  the timed region) and ``info()`` reports its synthesis time next to the stage count,
+  the lower bound, the scheduled bytes and the scratch memory;
+* ``fast+sched``: the schedule (and this rank's plan) is recomputed inside every
+  ``run()`` call, as an MoE layer whose routing changes every step needs: the
+  "including scheduling" variant;
+* ``balance-only``: the ablation - FAST's sender balancing, then every GPU sends its
+  balanced pool rail-aligned to all servers at once (the schedule with zero stages, all in
+  the fan-out tail), then the redistribution. Shows what the stages buy.
+
+Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: ``strategy``,
+``quantum`` (bytes, ``auto`` or ``none``), ``max_stages`` (int, ``auto`` or ``none``),
+``stage_cost_bytes``, ``tail_penalty`` (see :mod:`kernels.fast.scheduler`); for all
+three: ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
+communicators; see :mod:`kernels.fast.executor`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from kernels.cases import AlltoallvCase
+from kernels.fast import compile_seconds, schedule
+from kernels.fast.executor import PlanExecutor, load
+from kernels.registry import register
+
+SCHEDULE_OPTIONS = ("strategy", "quantum", "max_stages", "stage_cost_bytes", "tail_penalty")
+_NONE = ("none", "None")
+
+
+def schedule_options(name: str, params: dict, allowed: tuple[str, ...]) -> tuple[dict, str]:
+    """``(scheduler options, groups)`` from ``--param`` values; ``ValueError`` naming an
+    unknown key. Values are checked by the scheduler itself."""
+    opts = dict(params)
+    groups = str(opts.pop("groups", "world"))
+    unknown = sorted(set(opts) - set(allowed))
+    if unknown:
+        known = ", ".join((*allowed, "groups"))
+        raise ValueError(f"{name}: unknown --param {unknown[0]!r} (known: {known})")
+    for key in ("quantum", "max_stages"):
+        if opts.get(key) in _NONE:
+            opts[key] = None
+    return opts, groups
+
+
+class _Fast:
+    """FAST schedule + per-rank executor; the schedule is made in ``setup``."""
+
+    name = "fast"
+    allowed: tuple[str, ...] = SCHEDULE_OPTIONS
+    fixed: dict = {}
+
+    def __init__(self, transport, params: dict) -> None:
+        opts, groups = schedule_options(self.name, params, self.allowed)
+        self.options = {**opts, **self.fixed}
+        self.transport = transport
+        self.executor = PlanExecutor(transport, groups)
+        g = transport.topo.gpus_per_node
+        self._synthesize(np.zeros((g, g), dtype=np.int64), 1)  # bad options fail here
+        self.schedule = None
+        self._plan_us = 0.0
+
+    def _synthesize(self, traffic: np.ndarray, unit: int):
+        return schedule(traffic, self.transport.topo.gpus_per_node, unit=unit, **self.options)
+
+    def setup(self, case: AlltoallvCase) -> None:
+        sched, problem = self.schedule, None
+        if (
+            sched is None
+            or sched.unit != case.unit
+            or not np.array_equal(sched.traffic, case.traffic)
+        ):
+            try:
+                sched = self._synthesize(case.traffic, case.unit)
+                t0 = time.perf_counter()
+                sched.plan(self.transport.topo.rank)
+                self._plan_us = (time.perf_counter() - t0) * 1e6
+            except ValueError as exc:  # every rank must hear about it, not just this one
+                sched, problem = None, str(exc)
+        load(self.executor, sched, case, problem, self.name)
+        self.schedule = sched
+
+    def run(self, case: AlltoallvCase) -> None:
+        self.executor.run()
+
+    def info(self) -> dict:
+        sched = self.schedule
+        mem = sched.extra_memory()
+        out = sched.summary()
+        out.update(
+            plan_us=self._plan_us,
+            numba_load_s=compile_seconds(),
+            steps=self.executor.nsteps,
+            groups=self.executor.groups,
+            extra_mem_fraction=mem["fraction"],
+            extra_mem_max_rank_fraction=mem["max_rank_fraction"],
+            extra_bytes_max_rank=mem["max_rank_bytes"],
+            scratch_bytes=self.executor.scratch_bytes,
+        )
+        return out
+
+
+@register("alltoallv", "fast")
+class Fast(_Fast):
+    """FAST: balancing, rail-aligned BvN stages, pipelined redistribution (schedule in setup)."""
+
+
+@register("alltoallv", "fast+sched")
+class FastSched(_Fast):
+    """FAST with the schedule recomputed inside every call (MoE training's case)."""
+
+    name = "fast+sched"
+
+    def setup(self, case: AlltoallvCase) -> None:
+        super().setup(case)
+        self._sched_s, self._calls = 0.0, 0
+
+    def run(self, case: AlltoallvCase) -> None:
+        """Schedule ``case.traffic`` (every rank must pass the same matrix, as an MoE
+        layer's all-gathered routing counts are), bind this rank's plan, execute."""
+        t0 = time.perf_counter()
+        sched = self._synthesize(case.traffic, case.unit)
+        self.executor.bind(sched.plan(self.transport.topo.rank), case.send, case.recv)
+        self._sched_s += time.perf_counter() - t0
+        self._calls += 1
+        self.schedule = sched
+        self.executor.run()
+
+    def info(self) -> dict:
+        out = super().info()
+        out.update(
+            calls=self._calls,
+            per_call_schedule_us=self._sched_s / self._calls * 1e6 if self._calls else None,
+        )
+        return out
+
+
+@register("alltoallv", "balance-only")
+class BalanceOnly(_Fast):
+    """Ablation: FAST's balancing, then rail-aligned sends to all servers at once (no stages)."""
+
+    name = "balance-only"
+    allowed = ()
+    fixed = {"max_stages": 0}
