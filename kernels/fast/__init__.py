@@ -1,0 +1,32 @@
+"""FAST all-to-allv (Lei et al., NSDI '26): scheduler, per-rank plans, executors.
+
+``schedule(traffic, gpus_per_node, **options) -> Schedule`` (see
+:mod:`kernels.fast.scheduler`); the per-rank plan format is in :mod:`kernels.fast.plan`
+and :mod:`kernels.fast.simulate` executes plans on numpy buffers for testing. Importing
+this package is cheap: the numba core loads on the first :func:`schedule` or
+:func:`warmup`.
+"""
+
+from kernels.fast.plan import RankPlan
+from kernels.fast.scheduler import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    Schedule,
+    Stage,
+    check_traffic,
+    compile_seconds,
+    schedule,
+    warmup,
+)
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "STRATEGIES",
+    "RankPlan",
+    "Schedule",
+    "Stage",
+    "check_traffic",
+    "compile_seconds",
+    "schedule",
+    "warmup",
+]

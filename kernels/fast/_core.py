@@ -1,0 +1,966 @@
+"""Compiled core of the FAST scheduler (numba, cached on disk).
+
+Imported lazily by :mod:`kernels.fast.scheduler` (the leading underscore keeps the plug-in
+loader away from it), so importing :mod:`kernels` does not pay numba's start-up.
+
+Everything is integer arithmetic in *units* (the alignment unit, ``unit`` bytes); a pair
+of ``D`` bytes is ``ceil(D / unit)`` units whose last one may be short, so bytes are
+recovered exactly (no tail is ever dropped).
+
+Decomposition: Birkhoff-von Neumann on an S x S integer matrix whose rows and columns
+all sum to ``L``. The perfect matching is kept between stages and *repaired*: after a
+stage subtracts its weight, only the rows whose matched entry fell out of the allowed
+set are unmatched, and each gets one augmenting path (Kuhn's DFS, iterative). The
+allowed set is ``{A >= theta}`` with a threshold ``theta`` that only goes down:
+
+- ``MODE_BVN``: ``theta = 1`` (any positive entry), the plain decomposition;
+- ``MODE_BOTTLENECK``: ``theta`` is lowered exactly as far as needed, so every stage is
+  a bottleneck matching (its smallest entry is as large as possible) - when a repair
+  fails from row u, the next threshold is the largest entry from the rows its search
+  reached to the columns it did not reach (any augmenting path must use such an edge);
+- ``MODE_THRESHOLD``: the same, but ``theta`` drops to a power of two, so many entries
+  share a level and leave together (Solstice-style).
+
+A failed search from an unmatched row proves that no perfect matching exists in the
+allowed set (the symmetric difference with a perfect one would contain an augmenting
+path from that row), so lowering is always needed then, and with ``theta = 1`` a
+perfect matching always exists because the line sums are equal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+MODE_BVN = 0
+MODE_BOTTLENECK = 1
+MODE_THRESHOLD = 2
+
+
+@njit(cache=True)
+def _pow2_floor(x: int) -> int:
+    r = 1
+    while r * 2 <= x:
+        r *= 2
+    return r
+
+
+@njit(cache=True)
+def _augment(A, theta, root, match_row, match_col, seen, stamp, stack, ptr, via, rows):
+    """Kuhn augmenting path from ``root`` in ``{A >= theta, A > 0}``.
+
+    Returns -1 on success, 0 if there is no such path.
+    """
+    n = A.shape[0]
+    depth = 0
+    stack[0] = root
+    ptr[0] = 0
+    nrows = 1
+    rows[0] = root
+    while depth >= 0:
+        r = stack[depth]
+        if ptr[depth] == 0:
+            # lookahead: a free allowed column ends the path at once
+            for c in range(n):
+                a = A[r, c]
+                if a > 0 and a >= theta and match_col[c] < 0:
+                    seen[c] = stamp
+                    via[depth] = c
+                    for d in range(depth, -1, -1):
+                        cc = via[d]
+                        rr = stack[d]
+                        match_col[cc] = rr
+                        match_row[rr] = cc
+                    return -1
+        advanced = False
+        while ptr[depth] < n:
+            c = ptr[depth]
+            ptr[depth] += 1
+            a = A[r, c]
+            if a > 0 and a >= theta and seen[c] != stamp:
+                seen[c] = stamp
+                via[depth] = c
+                nxt = match_col[c]
+                if nxt < 0:
+                    for d in range(depth, -1, -1):
+                        cc = via[d]
+                        rr = stack[d]
+                        match_col[cc] = rr
+                        match_row[rr] = cc
+                    return -1
+                depth += 1
+                stack[depth] = nxt
+                ptr[depth] = 0
+                rows[nrows] = nxt
+                nrows += 1
+                advanced = True
+                break
+        if not advanced:
+            depth -= 1
+    return 0
+
+
+@njit(cache=True)
+def _widest(A, theta, root, match_row, match_col, best, parent):
+    """Augment from ``root`` along the alternating path whose smallest free edge is
+    largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when a
+    free column is reachable at the cap early). Returns that smallest edge, 0 if no
+    augmenting path exists at all. ``best[c] < 0`` marks a settled column.
+    """
+    n = A.shape[0]
+    for c in range(n):
+        a = A[root, c]
+        best[c] = a if a < theta else theta
+        parent[c] = root
+    while True:
+        c = -1
+        top = 0
+        for j in range(n):
+            if best[j] > top:
+                top = best[j]
+                c = j
+        if c < 0:
+            return 0
+        best[c] = -1
+        r = match_col[c]
+        if r < 0:
+            while True:
+                rr = parent[c]
+                prev = match_row[rr]
+                match_row[rr] = c
+                match_col[c] = rr
+                if rr == root:
+                    return top
+                c = prev
+        for j in range(n):
+            bj = best[j]
+            if bj >= 0:
+                a = A[r, j]
+                v = a if a < top else top
+                if v > bj:
+                    best[j] = v
+                    parent[j] = r
+                    if v == top and match_col[j] < 0:
+                        # nothing on the frontier beats ``top``: take this free column now
+                        c = j
+                        while True:
+                            rr = parent[c]
+                            prev = match_row[rr]
+                            match_row[rr] = c
+                            match_col[c] = rr
+                            if rr == root:
+                                return top
+                            c = prev
+
+
+@njit(cache=True)
+def decompose(A, line_sum, mode, max_stages):
+    """BvN stages of ``A`` (modified in place: it ends as the residual).
+
+    Returns ``(perms, weights, nstages, residual_line_sum)``; ``perms[k, s]`` is the
+    server that server s sends to in stage k. Stops after ``max_stages`` stages.
+    """
+    n = A.shape[0]
+    match_row = np.full(n, -1, np.int64)
+    match_col = np.full(n, -1, np.int64)
+    seen = np.zeros(n, np.int64)
+    stack = np.empty(n + 1, np.int64)
+    ptr = np.empty(n + 1, np.int64)
+    via = np.empty(n + 1, np.int64)
+    rows = np.empty(n + 1, np.int64)  # scratch of _augment
+    best = np.empty(n, np.int64)
+    cap = max_stages if max_stages < n * n + 1 else n * n + 1
+    perms = np.empty((max(cap, 1), n), np.int32)
+    weights = np.empty(max(cap, 1), np.int64)
+    rest = line_sum
+    if rest <= 0 or max_stages <= 0:
+        return perms[:0], weights[:0], 0, rest
+    theta = 1
+    if mode != MODE_BVN:
+        theta = A.max()
+    stamp = 0
+    k = 0
+    while True:
+        # greedy pass: an unmatched row takes its smallest allowed free column (a tight
+        # fit keeps large entries for later stages: measured fewer, larger stages)
+        for r in range(n):
+            if match_row[r] >= 0:
+                continue
+            top = 0
+            pick = -1
+            for c in range(n):
+                a = A[r, c]
+                if a >= theta and a > 0 and match_col[c] < 0 and (pick < 0 or a < top):
+                    top = a
+                    pick = c
+            if pick >= 0:
+                match_row[r] = pick
+                match_col[pick] = r
+        for r in range(n):
+            if match_row[r] >= 0:
+                continue
+            if mode == MODE_BVN:
+                stamp += 1
+                if _augment(A, 1, r, match_row, match_col, seen, stamp, stack, ptr, via, rows) < 0:
+                    continue
+                raise ValueError("no perfect matching: line sums are not equal")
+            # the widest augmenting path: at the level if one exists, else it sets the next
+            got = _widest(A, theta, r, match_row, match_col, best, stack)
+            if got == 0:
+                raise ValueError("no perfect matching: line sums are not equal")
+            if got < theta:
+                theta = _pow2_floor(got) if mode == MODE_THRESHOLD else got
+        w = rest
+        for r in range(n):
+            a = A[r, match_row[r]]
+            if a < w:
+                w = a
+        for r in range(n):
+            c = match_row[r]
+            perms[k, r] = c
+            A[r, c] -= w
+        weights[k] = w
+        k += 1
+        rest -= w
+        if rest == 0 or k >= cap:
+            break
+        for r in range(n):
+            c = match_row[r]
+            a = A[r, c]
+            if a == 0 or a < theta:
+                match_row[r] = -1
+                match_col[c] = -1
+    return perms[:k], weights[:k], k, rest
+
+
+# ----------------------------------------------------------------------------- synthesis
+
+
+@njit(cache=True, inline="always")
+def _units(d, unit, shift):
+    """``ceil(d / unit)``; a shift when ``unit`` is a power of two (``shift >= 0``)."""
+    if shift >= 0:
+        return (d + unit - 1) >> shift
+    return (d + unit - 1) // unit
+
+
+@njit(cache=True)
+def _pad(M, line):
+    """Add dummy entries so every row and column of ``M`` sums to ``line``.
+
+    Diagonal first (a server "sending to itself" is an idle stage slot), then a
+    north-west-corner fill over the remaining row and column deficits: O(S^2).
+    """
+    n = M.shape[0]
+    dr = np.empty(n, np.int64)
+    dc = np.empty(n, np.int64)
+    for i in range(n):
+        dr[i] = line - M[i, :].sum()
+        dc[i] = line - M[:, i].sum()
+    for i in range(n):
+        x = min(dr[i], dc[i])
+        M[i, i] += x
+        dr[i] -= x
+        dc[i] -= x
+    i = 0
+    j = 0
+    while i < n and j < n:
+        if dr[i] == 0:
+            i += 1
+        elif dc[j] == 0:
+            j += 1
+        else:
+            x = min(dr[i], dc[j])
+            M[i, j] += x
+            dr[i] -= x
+            dc[j] -= x
+
+
+@njit(cache=True)
+def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty):
+    """Balancing, server matrix, padding, decomposition and the stage-count cut.
+
+    ``D``: P x P bytes. ``quantum``: server-matrix entries are rounded up to this many
+    units. ``cap``: most stages to compute (< 0: no limit). ``stage_cost`` (units, > 0
+    enables the cut): keep the K stages that minimise
+    ``K * stage_cost + sum(w[:K]) + [R > 0] * (stage_cost + penalty * R)``, with R the
+    per-NIC capacity left for the fan-out tail.
+
+    Returns ``(region, c, line, lb_bytes, moves, perms, weights, computed, tail)``:
+    ``region[u, t]`` units u holds for server t, ``c[s, t]`` the per-GPU cap after
+    balancing, ``line`` = T in units, ``moves`` the balancing pieces (rows ``s, t, a, b,
+    x0, n``: GPU a of s hands units ``[x0, x0 + n)`` of its region for t to GPU b),
+    ``perms``/``weights`` the kept stages (largest first, weights in units),
+    ``computed`` the stage count before the cut, ``tail[u, t]`` the units GPU u still
+    holds for server t after the stages.
+    """
+    P = D.shape[0]
+    S = P // G
+    region = np.zeros((P, S), np.int64)
+    sbytes = np.zeros((S, S), np.int64)
+    for u in range(P):
+        su = u // G
+        for t in range(S):
+            nu = 0
+            nb = 0
+            for v in range(t * G, t * G + G):
+                d = D[u, v]
+                nb += d
+                nu += _units(d, unit, shift)
+            region[u, t] = nu
+            sbytes[su, t] += nb
+    # lower bound: busiest server's cross-server bytes, shared by its G NICs
+    busiest = 0
+    for s in range(S):
+        out = 0
+        inn = 0
+        for t in range(S):
+            if t != s:
+                out += sbytes[s, t]
+                inn += sbytes[t, s]
+        busiest = max(busiest, out, inn)
+    lb = (busiest + G - 1) // G
+    # sender balancing
+    c = np.zeros((S, S), np.int64)
+    # each move empties a donor or fills a receiver: at most G - 1 per server pair
+    moves = np.empty((max(S * (S - 1) * (G - 1), 1), 6), np.int64)
+    need = np.empty(G, np.int64)
+    nm = 0
+    for s in range(S):
+        for t in range(S):
+            if t == s:
+                continue
+            total = 0
+            for a in range(G):
+                total += region[s * G + a, t]
+            cst = (total + G - 1) // G
+            c[s, t] = cst
+            for a in range(G):
+                need[a] = max(cst - region[s * G + a, t], 0)
+            b = 0
+            for a in range(G):
+                have = region[s * G + a, t]
+                x = cst
+                while x < have:
+                    while need[b] == 0:
+                        b += 1
+                    n = min(have - x, need[b])
+                    moves[nm, 0] = s
+                    moves[nm, 1] = t
+                    moves[nm, 2] = a
+                    moves[nm, 3] = b
+                    moves[nm, 4] = x
+                    moves[nm, 5] = n
+                    nm += 1
+                    x += n
+                    need[b] -= n
+    moves = moves[:nm]
+    # server matrix in quanta, padded, decomposed
+    M = np.empty((S, S), np.int64)
+    for s in range(S):
+        for t in range(S):
+            M[s, t] = (c[s, t] + quantum - 1) // quantum
+    line = 0
+    for s in range(S):
+        line = max(line, M[s, :].sum(), M[:, s].sum())
+    _pad(M, line)
+    limit = cap if cap >= 0 else S * S + 1
+    perms, weights, computed, rest = decompose(M, line, mode, limit)
+    order = np.argsort(-weights, kind="mergesort")
+    perms = perms[order].copy()
+    weights = weights[order] * quantum
+    line *= quantum
+    keep = computed
+    if stage_cost > 0.0:
+        best = np.inf
+        done = 0
+        for k in range(computed + 1):
+            r = line - done
+            cost = k * stage_cost + done
+            if r > 0:
+                cost += stage_cost + penalty * r
+            if cost < best:
+                best = cost
+                keep = k
+            if k < computed:
+                done += weights[k]
+    perms = perms[:keep].copy()
+    weights = weights[:keep].copy()
+    # what each GPU still holds for each server after the kept stages
+    capacity = np.zeros((S, S), np.int64)
+    for k in range(keep):
+        for s in range(S):
+            capacity[s, perms[k, s]] += weights[k]
+    tail = np.zeros((P, S), np.int64)
+    for s in range(S):
+        for a in range(G):
+            u = s * G + a
+            for t in range(S):
+                if t != s:
+                    pool = min(region[u, t], c[s, t])
+                    tail[u, t] = pool
+    for m in range(nm):
+        tail[moves[m, 0] * G + moves[m, 3], moves[m, 1]] += moves[m, 5]
+    for u in range(P):
+        s = u // G
+        for t in range(S):
+            tail[u, t] = max(tail[u, t] - capacity[s, t], 0)
+    return region, c, line, lb, moves, perms, weights, computed, tail
+
+
+# ----------------------------------------------------------------------------- plans
+
+# op columns (an executor reads them through the structured view in kernels.fast.plan)
+NCOL = 10
+KIND_SEND = 0
+KIND_RECV = 1
+KIND_COPY = 2
+GROUP_NODE = 0
+GROUP_RAIL = 1
+GROUP_LOCAL = 2
+BUF_SEND = 0
+BUF_RECV = 1
+BUF_BALANCE = 2
+BUF_STAGE0 = 3
+BUF_STAGE1 = 4
+BUF_TAIL = 5
+PHASE_INTRA = 0
+PHASE_BALANCE = 1
+PHASE_STAGE = 2
+PHASE_REDISTRIBUTE = 3
+PHASE_TAIL = 4
+
+
+@njit(cache=True, inline="always")
+def _op(ops, n, want, rank, step, kind, group, peer, sbuf, soff, dbuf, doff, nbytes):
+    if want >= 0 and rank != want:
+        return ops, n
+    if n == ops.shape[0]:
+        bigger = np.empty((2 * n, NCOL), np.int64)
+        bigger[:n] = ops
+        ops = bigger
+    ops[n, 0] = rank
+    ops[n, 1] = step
+    ops[n, 2] = kind
+    ops[n, 3] = group
+    ops[n, 4] = peer
+    ops[n, 5] = sbuf
+    ops[n, 6] = soff
+    ops[n, 7] = dbuf
+    ops[n, 8] = doff
+    ops[n, 9] = nbytes
+    return ops, n + 1
+
+
+@njit(cache=True, inline="always")
+def _piece(pcs, m, on, phase, stage, src, dst, origin, final, nbytes):
+    if not on:
+        return pcs, m
+    if m == pcs.shape[0]:
+        bigger = np.empty((2 * m, 7), np.int64)
+        bigger[:m] = pcs
+        pcs = bigger
+    pcs[m, 0] = phase
+    pcs[m, 1] = stage
+    pcs[m, 2] = src
+    pcs[m, 3] = dst
+    pcs[m, 4] = origin
+    pcs[m, 5] = final
+    pcs[m, 6] = nbytes
+    return pcs, m + 1
+
+
+@njit(cache=True, inline="always")
+def _rel(D, G, unit, shift, u, t, x):
+    """Byte offset of unit ``x`` of GPU u's region for server t, from the region start."""
+    acc = 0
+    off = 0
+    for v in range(t * G, t * G + G):
+        d = D[u, v]
+        n = _units(d, unit, shift)
+        if x <= acc + n:
+            return off + min((x - acc) * unit, d)
+        acc += n
+        off += d
+    return off
+
+
+@njit(cache=True, inline="always")
+def _split(D, G, unit, shift, u, t, x0, x1, out, k):
+    """Append the pair pieces of region units ``[x0, x1)`` to ``out``: rows
+    ``(origin, final, byte offset in the pair, bytes)``."""
+    acc = 0
+    for v in range(t * G, t * G + G):
+        d = D[u, v]
+        n = _units(d, unit, shift)
+        lo = max(x0, acc)
+        hi = min(x1, acc + n)
+        if lo < hi:
+            out[k, 0] = u
+            out[k, 1] = v
+            out[k, 2] = (lo - acc) * unit
+            out[k, 3] = min((hi - acc) * unit, d) - (lo - acc) * unit
+            k += 1
+        acc += n
+    return k
+
+
+@njit(cache=True, inline="always")
+def _take(
+    D,
+    G,
+    unit,
+    shift,
+    g,
+    t,
+    lo,
+    hi,
+    j,
+    K,
+    want,
+    with_pieces,
+    keep,
+    ptr,
+    idx,
+    moves,
+    bal_off,
+    start,
+    rdisp,
+    used,
+    bufbytes,
+    scratch,
+    ops,
+    nops,
+    pcs,
+    npcs,
+):
+    """Emit rail step ``j`` (``j == K``: the tail) for pool units ``[lo, hi)`` of GPU g
+    for server t: at most two messages (own prefix from the send buffer, then the
+    balance buffer), their receives, and the redistribution at step ``j + 2``."""
+    S = D.shape[0] // G
+    s = g // G
+    a = g - s * G
+    h = t * G + a
+    step = j + 1
+    is_tail = j == K
+    sbuf = BUF_TAIL if is_tail else (BUF_STAGE0 if j % 2 == 0 else BUF_STAGE1)
+    phase = PHASE_TAIL if is_tail else PHASE_STAGE
+    stage_id = -1 if is_tail else j
+    base_ptr = ptr[g * S + t]
+    nranges = 1 + ptr[g * S + t + 1] - base_ptr
+    for seg in range(2):
+        k = 0
+        seg_off = -1
+        seg_bytes = 0
+        pos = 0
+        for r in range(nranges):
+            if r == 0:
+                rlen = keep[g, t]
+                owner = g
+                x0 = 0
+                m = -1
+            else:
+                m = idx[base_ptr + r - 1]
+                rlen = moves[m, 5]
+                owner = s * G + moves[m, 2]
+                x0 = moves[m, 4]
+            a0 = max(lo, pos)
+            a1 = min(hi, pos + rlen)
+            pos += rlen
+            if a0 >= a1 or (r == 0) != (seg == 0):
+                continue
+            xa = x0 + a0 - (pos - rlen)
+            xb = x0 + a1 - (pos - rlen)
+            ba = _rel(D, G, unit, shift, owner, t, xa)
+            bb = _rel(D, G, unit, shift, owner, t, xb)
+            if seg_off < 0:
+                if r == 0:
+                    seg_off = start[g, t] + ba
+                else:
+                    seg_off = bal_off[m] + ba - _rel(D, G, unit, shift, owner, t, x0)
+            seg_bytes += bb - ba
+            k = _split(D, G, unit, shift, owner, t, xa, xb, scratch, k)
+        if seg_bytes == 0:
+            continue
+        ops, nops = _op(
+            ops,
+            nops,
+            want,
+            g,
+            step,
+            KIND_SEND,
+            GROUP_RAIL,
+            t,
+            BUF_SEND if seg == 0 else BUF_BALANCE,
+            seg_off,
+            -1,
+            0,
+            seg_bytes,
+        )
+        if with_pieces:
+            for i in range(k):
+                pcs, npcs = _piece(
+                    pcs,
+                    npcs,
+                    True,
+                    phase,
+                    stage_id,
+                    g,
+                    h,
+                    scratch[i, 0],
+                    scratch[i, 1],
+                    scratch[i, 3],
+                )
+        if k == 1 and scratch[0, 1] == h:
+            # one piece for the receiver itself: straight into its receive buffer
+            if want < 0 or want == h:
+                ops, nops = _op(
+                    ops,
+                    nops,
+                    want,
+                    h,
+                    step,
+                    KIND_RECV,
+                    GROUP_RAIL,
+                    s,
+                    -1,
+                    0,
+                    BUF_RECV,
+                    rdisp[scratch[0, 0], h if want < 0 else 0] + scratch[0, 2],
+                    seg_bytes,
+                )
+            continue
+        base = bufbytes[h, 3] if is_tail else used[h]
+        ops, nops = _op(
+            ops, nops, want, h, step, KIND_RECV, GROUP_RAIL, s, -1, 0, sbuf, base, seg_bytes
+        )
+        off = base
+        for i in range(k):
+            o = scratch[i, 0]
+            f = scratch[i, 1]
+            nb = scratch[i, 3]
+            if f == h:
+                if want < 0 or want == h:
+                    ops, nops = _op(
+                        ops,
+                        nops,
+                        want,
+                        h,
+                        step + 1,
+                        KIND_COPY,
+                        GROUP_LOCAL,
+                        -1,
+                        sbuf,
+                        off,
+                        BUF_RECV,
+                        rdisp[o, h if want < 0 else 0] + scratch[i, 2],
+                        nb,
+                    )
+            else:
+                ops, nops = _op(
+                    ops,
+                    nops,
+                    want,
+                    h,
+                    step + 1,
+                    KIND_SEND,
+                    GROUP_NODE,
+                    f - t * G,
+                    sbuf,
+                    off,
+                    -1,
+                    0,
+                    nb,
+                )
+                if want < 0 or want == f:
+                    ops, nops = _op(
+                        ops,
+                        nops,
+                        want,
+                        f,
+                        step + 1,
+                        KIND_RECV,
+                        GROUP_NODE,
+                        a,
+                        -1,
+                        0,
+                        BUF_RECV,
+                        rdisp[o, f if want < 0 else 0] + scratch[i, 2],
+                        nb,
+                    )
+            if with_pieces:
+                pcs, npcs = _piece(pcs, npcs, True, PHASE_REDISTRIBUTE, stage_id, h, f, o, f, nb)
+            off += nb
+        if is_tail:
+            bufbytes[h, 3] += seg_bytes
+        else:
+            used[h] += seg_bytes
+    return ops, nops, pcs, npcs
+
+
+@njit(cache=True)
+def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces):
+    """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
+
+    Returns ``(ops, pieces, bufbytes)``: ``ops`` rows are ``rank, step, kind, group,
+    peer, src_buf, src_off, dst_buf, dst_off, nbytes`` in posting order (not yet sorted
+    by step); ``pieces`` rows ``phase, stage, src, dst, origin, final, nbytes`` (only if
+    ``with_pieces``, which needs ``want < 0``); ``bufbytes[r]`` = bytes of BALANCE,
+    STAGE0, STAGE1, TAIL on rank r (valid for ``want``'s server, or all if ``want < 0``).
+    With ``want >= 0`` only the pools that rank ``want`` sends from or whose bytes reach
+    its server are walked: O(K (S + G) + P S) instead of O(K P).
+    """
+    P = D.shape[0]
+    S = P // G
+    K = perms.shape[0]
+    sw = want // G if want >= 0 else -1
+    # start[u, t]: where u's bytes for server t begin in u's send buffer
+    start = np.zeros((P, S), np.int64)
+    # rdisp[o, f]: where o's bytes begin in f's receive buffer (only column want if set)
+    rdisp = np.zeros((P, P), np.int64) if want < 0 else np.zeros((P, 1), np.int64)
+    if want >= 0:
+        acc = 0
+        for t in range(S):
+            start[want, t] = acc
+            for v in range(t * G, t * G + G):
+                acc += D[want, v]
+        acc = 0
+        for o in range(P):
+            rdisp[o, 0] = acc
+            acc += D[o, want]
+    else:
+        for u in range(P):
+            acc = 0
+            for t in range(S):
+                start[u, t] = acc
+                for v in range(t * G, t * G + G):
+                    acc += D[u, v]
+        for o in range(1, P):
+            for f in range(P):
+                rdisp[o, f] = rdisp[o - 1, f] + D[o - 1, f]
+    ops = np.empty((max(64, 4 * P if want < 0 else 4 * (K + S)), NCOL), np.int64)
+    nops = 0
+    pcs = np.empty((max(64, 8 * P) if with_pieces else 1, 7), np.int64)
+    npcs = 0
+    bufbytes = np.zeros((P, 4), np.int64)
+    nm = moves.shape[0]
+    scratch = np.empty((G * G + G + 2, 4), np.int64)
+
+    # pools: own kept prefix, then the received balance ranges (CSR by (gpu, server))
+    keep = np.zeros((P, S), np.int64)
+    plen = np.zeros((P, S), np.int64)
+    for u in range(P):
+        s = u // G
+        for t in range(S):
+            if t != s:
+                keep[u, t] = min(region[u, t], c[s, t])
+                plen[u, t] = keep[u, t]
+    ptr = np.zeros(P * S + 1, np.int64)
+    for m in range(nm):
+        g = moves[m, 0] * G + moves[m, 3]
+        ptr[g * S + moves[m, 1] + 1] += 1
+        plen[g, moves[m, 1]] += moves[m, 5]
+    for i in range(P * S):
+        ptr[i + 1] += ptr[i]
+    fill = ptr[:-1].copy()
+    idx = np.empty(max(nm, 1), np.int64)
+    for m in range(nm):
+        key = (moves[m, 0] * G + moves[m, 3]) * S + moves[m, 1]
+        idx[fill[key]] = m
+        fill[key] += 1
+    # balance (step 0): receivers lay their ranges out by server, then arrival order
+    bal_off = np.zeros(max(nm, 1), np.int64)
+    for s in range(S):
+        if sw >= 0 and s != sw:
+            continue
+        for g in range(s * G, s * G + G):
+            off = 0
+            for t in range(S):
+                for q in range(ptr[g * S + t], ptr[g * S + t + 1]):
+                    m = idx[q]
+                    donor = s * G + moves[m, 2]
+                    b0 = _rel(D, G, unit, shift, donor, t, moves[m, 4])
+                    b1 = _rel(D, G, unit, shift, donor, t, moves[m, 4] + moves[m, 5])
+                    bal_off[m] = off
+                    off += b1 - b0
+                    if want < 0 or want == donor or want == g:
+                        ops, nops = _op(
+                            ops,
+                            nops,
+                            want,
+                            donor,
+                            0,
+                            KIND_SEND,
+                            GROUP_NODE,
+                            g - s * G,
+                            BUF_SEND,
+                            start[donor, t] + b0,
+                            -1,
+                            0,
+                            b1 - b0,
+                        )
+                        ops, nops = _op(
+                            ops,
+                            nops,
+                            want,
+                            g,
+                            0,
+                            KIND_RECV,
+                            GROUP_NODE,
+                            moves[m, 2],
+                            -1,
+                            0,
+                            BUF_BALANCE,
+                            bal_off[m],
+                            b1 - b0,
+                        )
+                    if with_pieces:
+                        k = _split(
+                            D,
+                            G,
+                            unit,
+                            shift,
+                            donor,
+                            t,
+                            moves[m, 4],
+                            moves[m, 4] + moves[m, 5],
+                            scratch,
+                            0,
+                        )
+                        for i in range(k):
+                            pcs, npcs = _piece(
+                                pcs,
+                                npcs,
+                                True,
+                                PHASE_BALANCE,
+                                -1,
+                                donor,
+                                g,
+                                donor,
+                                scratch[i, 1],
+                                scratch[i, 3],
+                            )
+            bufbytes[g, 0] = off
+    # intra-server traffic, direct over scale-up (step 1, overlapping the first stage)
+    for u in range(P):
+        s = u // G
+        if sw >= 0 and s != sw:
+            continue
+        for v in range(s * G, s * G + G):
+            d = D[u, v]
+            if d == 0 or (want >= 0 and want != u and want != v):
+                continue
+            sd = start[u, s]
+            for vv in range(s * G, v):
+                sd += D[u, vv]
+            if u == v:
+                ops, nops = _op(
+                    ops,
+                    nops,
+                    want,
+                    u,
+                    1,
+                    KIND_COPY,
+                    GROUP_LOCAL,
+                    -1,
+                    BUF_SEND,
+                    sd,
+                    BUF_RECV,
+                    rdisp[u, v if want < 0 else 0],
+                    d,
+                )
+            else:
+                ops, nops = _op(
+                    ops, nops, want, u, 1, KIND_SEND, GROUP_NODE, v - s * G, BUF_SEND, sd, -1, 0, d
+                )
+                ops, nops = _op(
+                    ops,
+                    nops,
+                    want,
+                    v,
+                    1,
+                    KIND_RECV,
+                    GROUP_NODE,
+                    u - s * G,
+                    -1,
+                    0,
+                    BUF_RECV,
+                    rdisp[u, v if want < 0 else 0],
+                    d,
+                )
+            pcs, npcs = _piece(pcs, npcs, with_pieces, PHASE_INTRA, -1, u, v, u, v, d)
+
+    # stages: rail step j at step j + 1, its redistribution at step j + 2; then the tail.
+    # Takes are listed first and emitted in a second loop (a loop that calls _take is
+    # much slower per iteration, so it only runs over real work).
+    pos = np.zeros((P, S), np.int64)
+    used = np.zeros(P, np.int64)
+    aw = want - sw * G
+    todo = np.empty((P * S + 1, 4), np.int64)
+    for j in range(K + 1):
+        ntodo = 0
+        if j < K:
+            w = weights[j]
+            for s in range(S):
+                t = perms[j, s]
+                if t == s or (sw >= 0 and s != sw and t != sw):
+                    continue
+                for a in range(G):
+                    if sw >= 0 and t != sw and a != aw:
+                        continue
+                    g = s * G + a
+                    n = min(w, plen[g, t] - pos[g, t])
+                    if n > 0:
+                        todo[ntodo, 0] = g
+                        todo[ntodo, 1] = t
+                        todo[ntodo, 2] = pos[g, t]
+                        todo[ntodo, 3] = pos[g, t] + n
+                        pos[g, t] += n
+                        ntodo += 1
+        else:
+            for g in range(P):
+                s = g // G
+                for t in range(S):
+                    if t == s or tail_units[g, t] == 0 or (sw >= 0 and g != want and t != sw):
+                        continue
+                    todo[ntodo, 0] = g
+                    todo[ntodo, 1] = t
+                    todo[ntodo, 2] = pos[g, t]
+                    todo[ntodo, 3] = plen[g, t]
+                    ntodo += 1
+        used[:] = 0
+        for i in range(ntodo):
+            ops, nops, pcs, npcs = _take(
+                D,
+                G,
+                unit,
+                shift,
+                todo[i, 0],
+                todo[i, 1],
+                todo[i, 2],
+                todo[i, 3],
+                j,
+                K,
+                want,
+                with_pieces,
+                keep,
+                ptr,
+                idx,
+                moves,
+                bal_off,
+                start,
+                rdisp,
+                used,
+                bufbytes,
+                scratch,
+                ops,
+                nops,
+                pcs,
+                npcs,
+            )
+        if j < K:
+            col = 1 + j % 2
+            for h in range(P):
+                if used[h] > bufbytes[h, col]:
+                    bufbytes[h, col] = used[h]
+    return ops[:nops], pcs[:npcs], bufbytes

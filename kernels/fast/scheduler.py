@@ -1,0 +1,411 @@
+"""FAST schedule synthesis: balancing, server matrix, BvN stages, per-rank plans.
+
+See ``shared/spec/fast.md``. ``schedule(traffic, gpus_per_node, **options)`` returns a
+:class:`Schedule`; every rank computes the same one from the same matrix (all integer
+arithmetic, stable sorts, no randomness).
+
+Stage-count strategies (``strategy=``):
+
+- ``"bottleneck"`` (default): each stage's matching maximises its smallest entry, so
+  stages are as large as possible and the few largest carry almost all bytes;
+- ``"threshold"``: matchings restricted to entries above a power-of-two level that only
+  halves (Solstice-style): cheaper, somewhat smaller stages;
+- ``"bvn"``: plain BvN (any perfect matching on the support), the paper's decomposition.
+
+All three repair the previous matching instead of rebuilding it. Orthogonal knobs:
+
+- ``quantum`` (bytes, or ``"auto"``): round each server-matrix entry up to a multiple of
+  it before decomposing; entries then tie and leave together (fewer stages) at a cost of
+  at most ``(S - 1) * quantum`` bytes per NIC; ``"auto"`` picks the largest quantum
+  costing at most 1 % of T;
+- ``max_stages`` (default ``"auto"`` = 2 S; ``None`` = no limit, an exact
+  decomposition): at most this many stages; what they do not carry is sent in a
+  rail-aligned **fan-out tail** (every GPU sends its leftovers to all servers at once);
+- ``stage_cost_bytes`` (default 0 = off): a fixed per-stage cost alpha * B in bytes; the
+  number of stages K is then chosen to minimise
+  ``K * alpha_B + stage bytes + [tail] * (alpha_B + tail_penalty * tail bound)``, i.e.
+  a stage is kept when it carries more than ``alpha_B / (tail_penalty - 1)`` bytes;
+  ``tail_penalty`` (default 2) is what a tail byte costs relative to a stage byte
+  (incast, stragglers).
+
+Bytes each NIC is scheduled to send = the stages' weights (every NIC is busy or idle for
+the whole stage) plus its tail; :attr:`Schedule.scheduled_bytes` is the largest over
+NICs, next to :attr:`Schedule.lower_bound`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.fast import plan as _plan
+
+STRATEGIES = ("bottleneck", "threshold", "bvn")
+DEFAULT_STRATEGY = "bottleneck"
+_MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
+_PHASES = ("intra", "balance", "stage", "redistribute", "tail")
+_MAX_ENTRY = 1 << 62
+
+_compile_seconds: float | None = None
+
+
+def warmup() -> float:
+    """Load (or compile, first time on a machine) the numba core; returns seconds spent.
+
+    Numba caches the machine code on disk (``cache=True``), so only the first run on a
+    machine compiles; later processes load. :func:`schedule` calls this itself, outside
+    its own timing; :func:`compile_seconds` reports what it cost.
+    """
+    global _compile_seconds
+    if _compile_seconds is not None:
+        return _compile_seconds
+    t0 = time.perf_counter()
+    from kernels.fast import _core
+
+    d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
+    out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0)
+    region, c, line, lb, moves, perms, weights, computed, tail = out
+    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True)
+    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False)
+    _compile_seconds = time.perf_counter() - t0
+    return _compile_seconds
+
+
+def compile_seconds() -> float | None:
+    """Seconds the numba core took to load or compile in this process (None: not yet)."""
+    return _compile_seconds
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One scale-out stage: server s sends to ``perm[s]`` (== s: idle), up to ``nbytes``
+    per GPU, GPU i to GPU i (rail-aligned)."""
+
+    perm: np.ndarray
+    nbytes: int
+
+
+class Schedule:
+    """A FAST schedule for one traffic matrix (see the module docstring)."""
+
+    def __init__(
+        self,
+        traffic: np.ndarray,
+        gpus_per_node: int,
+        unit: int,
+        strategy: str,
+        quantum: int,
+        max_stages: int | None,
+        stage_cost_bytes: float,
+        tail_penalty: float,
+        core: tuple,
+        seconds: float,
+    ) -> None:
+        self.traffic = traffic
+        self.nranks = traffic.shape[0]
+        self.gpus_per_node = gpus_per_node
+        self.servers = self.nranks // gpus_per_node
+        self.unit = unit
+        self.strategy = strategy
+        self.quantum = quantum
+        self.max_stages = max_stages
+        self.stage_cost_bytes = stage_cost_bytes
+        self.tail_penalty = tail_penalty
+        (
+            self._region,
+            self._caps,
+            line,
+            lb,
+            self._moves,
+            self.perms,
+            self._units,
+            self.computed_stages,
+            self._tail,
+        ) = core
+        self.line_sum = int(line) * unit  # T: padded line sum of the server matrix, bytes
+        self.lower_bound = int(lb)
+        self.weights = self._units * unit  # bytes per GPU in each stage
+        self.synthesis_seconds = seconds
+        self._plans: dict[int, _plan.RankPlan] = {}
+
+    # ------------------------------------------------------------------ summary numbers
+    @functools.cached_property
+    def stages(self) -> list[Stage]:
+        return [Stage(self.perms[k], int(self.weights[k])) for k in range(len(self.weights))]
+
+    @property
+    def nstages(self) -> int:
+        return int(len(self.weights))
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes every NIC is busy (or idle) for during the stages."""
+        return int(self.weights.sum())
+
+    @functools.cached_property
+    def tail_bytes_per_nic(self) -> np.ndarray:
+        """Per NIC: the larger of the tail bytes it sends and receives (unit-rounded)."""
+        g = self.gpus_per_node
+        sent = self._tail.sum(axis=1)
+        recv = np.zeros(self.nranks, dtype=np.int64)
+        s = self.servers
+        for t in range(s):  # receiver (t, a) gets tail[s * G + a, t] from every s
+            recv[t * g : (t + 1) * g] = self._tail[:, t].reshape(s, g).sum(axis=0)
+        return np.maximum(sent, recv) * self.unit
+
+    @property
+    def tail_bytes(self) -> int:
+        return int(self.tail_bytes_per_nic.max(initial=0))
+
+    @property
+    def scheduled_bytes_per_nic(self) -> np.ndarray:
+        """Scale-out bytes each NIC is scheduled for: the stages plus its tail."""
+        return self.stage_bytes + self.tail_bytes_per_nic
+
+    @property
+    def scheduled_bytes(self) -> int:
+        """The busiest NIC's scheduled bytes (compare with :attr:`lower_bound`)."""
+        return self.stage_bytes + self.tail_bytes
+
+    @property
+    def tail_fraction(self) -> float:
+        """Share of all scale-out bytes sent in the fan-out tail."""
+        total = int(
+            self._region.sum()
+            - np.trace(self._region.reshape(self.servers, self.gpus_per_node, self.servers).sum(1))
+        )
+        return float(self._tail.sum()) / total if total else 0.0
+
+    def cost_bytes(self, stage_cost_bytes: float = 0.0, tail_penalty: float | None = None) -> float:
+        """Modelled per-NIC scale-out time in bytes: stages' fixed costs + bytes + tail."""
+        pen = self.tail_penalty if tail_penalty is None else tail_penalty
+        cost = self.nstages * stage_cost_bytes + self.stage_bytes
+        if self.tail_bytes:
+            cost += stage_cost_bytes + pen * self.tail_bytes
+        return float(cost)
+
+    def summary(self) -> dict:
+        """Numbers for a result record or a table."""
+        return {
+            "strategy": self.strategy,
+            "servers": self.servers,
+            "gpus_per_node": self.gpus_per_node,
+            "stages": self.nstages,
+            "stages_computed": int(self.computed_stages),
+            "T_bytes": self.line_sum,
+            "lower_bound_bytes": self.lower_bound,
+            "stage_bytes": self.stage_bytes,
+            "tail_bytes": self.tail_bytes,
+            "scheduled_bytes": self.scheduled_bytes,
+            "overhead": self.scheduled_bytes / self.lower_bound - 1 if self.lower_bound else 0.0,
+            "tail_fraction": self.tail_fraction,
+            "synthesis_us": self.synthesis_seconds * 1e6,
+        }
+
+    # ------------------------------------------------------------------ plans
+    def _build(self, want: int, with_pieces: bool) -> tuple:
+        from kernels.fast import _core
+
+        return _core.build(
+            self.traffic,
+            self.gpus_per_node,
+            self.unit,
+            _shift(self.unit),
+            self._region,
+            self._caps,
+            self._moves,
+            self.perms,
+            self._units,
+            self._tail,
+            int(want),
+            bool(with_pieces),
+        )
+
+    @property
+    def nsteps(self) -> int:
+        """Steps of every rank's plan: balance, rail steps (stages + tail), last drain."""
+        return self.nstages + (1 if self._tail.any() else 0) + 2
+
+    def plan(self, rank: int) -> _plan.RankPlan:
+        """The ops ``rank`` posts, step by step (see :mod:`kernels.fast.plan`)."""
+        rank = int(rank)
+        if not 0 <= rank < self.nranks:
+            raise ValueError(f"rank {rank} is outside 0..{self.nranks - 1}")
+        if rank not in self._plans:
+            ops, _, bufbytes = self._build(rank, False)
+            order = np.argsort(ops[:, 1], kind="stable")
+            self._plans[rank] = self._rank_plan(rank, ops[order, 1:], bufbytes[rank])
+        return self._plans[rank]
+
+    def plans(self) -> list[_plan.RankPlan]:
+        """Every rank's plan, from one walk of the schedule."""
+        ops, _, bufbytes = self._build(-1, False)
+        order = np.lexsort((ops[:, 1], ops[:, 0]))
+        ops = ops[order]
+        bounds = np.searchsorted(ops[:, 0], np.arange(self.nranks + 1))
+        for r in range(self.nranks):
+            if r not in self._plans:
+                self._plans[r] = self._rank_plan(r, ops[bounds[r] : bounds[r + 1], 1:], bufbytes[r])
+        return [self._plans[r] for r in range(self.nranks)]
+
+    def _rank_plan(self, rank: int, rows: np.ndarray, bufbytes: np.ndarray) -> _plan.RankPlan:
+        sizes = {buf: int(bufbytes[i]) for i, buf in enumerate(_plan.SCRATCH_BUFFERS)}
+        return _plan.RankPlan(rank, _plan.ops_view(rows), self.nsteps, sizes)
+
+    def extra_memory(self) -> dict:
+        """Scratch bytes per rank and as a fraction of the send + receive buffers."""
+        _, _, bufbytes = self._build(-1, False)
+        extra = bufbytes.sum(axis=1)
+        moved = self.traffic.sum(axis=1) + self.traffic.sum(axis=0)
+        total = int(moved.sum())
+        return {
+            "max_rank_bytes": int(extra.max(initial=0)),
+            "total_bytes": int(extra.sum()),
+            "fraction": float(extra.sum()) / total if total else 0.0,
+            "max_rank_fraction": float(np.max(extra / np.maximum(moved, 1), initial=0.0)),
+            "per_buffer_max": {
+                _plan.BUFFER_NAMES[b]: int(bufbytes[:, i].max(initial=0))
+                for i, b in enumerate(_plan.SCRATCH_BUFFERS)
+            },
+        }
+
+    def transfers(self):
+        """One row per move of a piece of one (origin, final) pair: a pandas DataFrame
+        with columns ``phase, stage, src, dst, origin, final, nbytes`` (``stage`` is -1
+        outside stages; phase ``tail`` is the fan-out tail; rows with ``src == dst`` are
+        local copies)."""
+        import pandas as pd
+
+        _, pieces, _ = self._build(-1, True)
+        frame = pd.DataFrame(
+            pieces, columns=["phase", "stage", "src", "dst", "origin", "final", "nbytes"]
+        )
+        frame["phase"] = pd.Categorical.from_codes(pieces[:, 0], categories=list(_PHASES))
+        return frame
+
+
+def schedule(
+    traffic,
+    gpus_per_node: int,
+    *,
+    unit: int = 1,
+    strategy: str = DEFAULT_STRATEGY,
+    quantum: int | str | None = None,
+    max_stages: int | str | None = "auto",
+    stage_cost_bytes: float = 0.0,
+    tail_penalty: float = 2.0,
+) -> Schedule:
+    """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
+    rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
+    the element size to never split an element); pieces are cut at multiples of it and
+    a pair's last piece keeps its short tail. Other options: module docstring.
+    ``ValueError`` on bad input, saying what and where."""
+    d = check_traffic(traffic, gpus_per_node)
+    g = int(gpus_per_node)
+    unit = _positive_int(unit, "unit")
+    if strategy not in _MODES:
+        raise ValueError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    p = d.shape[0]
+    s = p // g
+    if max_stages == "auto":
+        cap = 2 * s
+    elif max_stages is None:
+        cap = -1
+    else:
+        cap = _positive_int(max_stages, "max_stages", allow_zero=True)
+    stage_cost = float(stage_cost_bytes)
+    if not math.isfinite(stage_cost) or stage_cost < 0:
+        raise ValueError(f"stage_cost_bytes must be a finite number >= 0, got {stage_cost_bytes!r}")
+    penalty = float(tail_penalty)
+    if not math.isfinite(penalty) or penalty < 1:
+        raise ValueError(
+            f"tail_penalty must be >= 1 (a tail byte costs at least a stage byte), got {tail_penalty!r}"
+        )
+    warmup()
+    from kernels.fast import _core
+
+    t0 = time.perf_counter()
+    q_units = _quantum_units(quantum, d, g, unit)
+    core = _core.synthesize(
+        d, g, unit, _shift(unit), q_units, _MODES[strategy], cap, stage_cost / unit, penalty
+    )
+    seconds = time.perf_counter() - t0
+    return Schedule(
+        d,
+        g,
+        unit,
+        strategy,
+        q_units * unit,
+        None if cap < 0 else cap,
+        stage_cost,
+        penalty,
+        core,
+        seconds,
+    )
+
+
+def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
+    """The traffic matrix as C-contiguous int64, or ``ValueError`` saying what is wrong."""
+    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, (int, np.integer)):
+        raise ValueError(f"gpus_per_node must be an integer, got {gpus_per_node!r}")
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
+    d = np.asarray(traffic)
+    if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
+        raise ValueError(f"traffic must be a square P x P matrix (P >= 1), got shape {d.shape}")
+    if d.dtype.kind == "f":
+        bad = np.argwhere(~np.isfinite(d))
+        where = f" (traffic[{bad[0][0]}][{bad[0][1]}] is {d[tuple(bad[0])]})" if len(bad) else ""
+        raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}{where}")
+    if d.dtype.kind not in "iu":
+        raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}")
+    if d.dtype.kind == "u" and d.size and int(d.max()) >= _MAX_ENTRY:
+        i, j = np.unravel_index(int(d.argmax()), d.shape)
+        raise ValueError(f"traffic[{i}][{j}] = {d[i, j]} is too large (limit 2**62 bytes)")
+    d = np.ascontiguousarray(d, dtype=np.int64)
+    if d.size and int(d.min()) < 0:
+        i, j = np.unravel_index(int(d.argmin()), d.shape)
+        raise ValueError(f"traffic[{i}][{j}] is negative ({d[i, j]})")
+    p = d.shape[0]
+    if p % gpus_per_node:
+        raise ValueError(f"traffic has {p} ranks, not a multiple of gpus_per_node={gpus_per_node}")
+    if d.size and int(d.max()) >= _MAX_ENTRY // p:
+        i, j = np.unravel_index(int(d.argmax()), d.shape)
+        raise ValueError(
+            f"traffic[{i}][{j}] = {d[i, j]} is too large: row sums must stay below 2**62 bytes"
+        )
+    return d
+
+
+def _shift(unit: int) -> int:
+    """log2(unit) when unit is a power of two (the core then shifts), else -1."""
+    return unit.bit_length() - 1 if unit & (unit - 1) == 0 else -1
+
+
+def _positive_int(value, name: str, allow_zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < (0 if allow_zero else 1):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '>= 1'}, got {value}")
+    return int(value)
+
+
+def _quantum_units(quantum, d: np.ndarray, g: int, unit: int) -> int:
+    if quantum is None:
+        return 1
+    if quantum == "auto":
+        p = d.shape[0]
+        s = p // g
+        if s < 2:
+            return 1
+        # T is at least the busiest server's cross bytes / G; (S-1) quanta <= 1 % of that
+        blocks = d.reshape(s, g, s, g).sum(axis=(1, 3))
+        np.fill_diagonal(blocks, 0)
+        busiest = max(int(blocks.sum(axis=0).max()), int(blocks.sum(axis=1).max()))
+        return max(1, busiest // g // unit // (100 * (s - 1)))
+    q = _positive_int(quantum, "quantum")
+    return max(1, -(-q // unit))
