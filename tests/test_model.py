@@ -366,3 +366,33 @@ def test_allreduce_bad_input():
         ar.ring(-1, 2, fab())
     with pytest.raises(ValueError, match="node count"):
         ar.nvrar(1024, 0, fab())
+
+
+def test_split_stages_keeps_every_byte_and_the_rail_rules():
+    rng = np.random.default_rng(11)
+    g, s = 2, 4
+    p = g * s
+    d = rng.integers(0, 50_000, (p, p))
+    tr = schedule(d, g).transfers()
+    cut = a2a.split_stages(tr, 4000)
+    assert list(cut.columns) == list(tr.columns)
+    for frame in (tr, cut):  # same bytes per phase and (origin, final)
+        frame["phase"] = frame["phase"].astype(str)
+    key = ["phase", "origin", "final"]
+    before = tr.groupby(key).nbytes.sum()
+    after = cut.groupby(key).nbytes.sum()
+    assert before.equals(after)
+    rail = cut[cut.phase == "stage"]
+    assert (rail.src % g == rail.dst % g).all()
+    senders = rail.assign(s=rail.src // g, t=rail.dst // g).groupby(["stage", "t"]).s.nunique()
+    assert (senders <= 1).all()
+    assert rail.groupby(["stage", "src"]).nbytes.sum().max() <= 4000
+    assert cut.stage.max() >= tr.stage.max()
+    f = fab(g)
+    for bal in a2a.BALANCE_MODES:
+        pred = a2a.fast(d, cut, f, balance=bal)
+        assert pred.time_us >= pred.lower_bound_us
+    same = a2a.split_stages(tr, 1 << 40)
+    assert a2a.fast(d, same, f).time_us == pytest.approx(a2a.fast(d, tr, f).time_us)
+    with pytest.raises(ValueError, match="max_stage_bytes"):
+        a2a.split_stages(tr, 0)

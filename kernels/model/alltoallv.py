@@ -310,6 +310,43 @@ def _check_lending(cols, is_bal, lent, p: int) -> None:
         )
 
 
+def split_stages(transfers, max_stage_bytes: int):
+    """What-if schedule: every stage whose busiest NIC sends more than ``max_stage_bytes``
+    becomes ``ceil(w / max_stage_bytes)`` consecutive sub-stages with the same
+    permutation, each row (and its redistribution) cut into equal integer parts.
+
+    Still a valid FAST schedule (rail-aligned, one sender per receiving server per stage);
+    more stages (fixed costs) but smaller steps to lend ahead of and to redistribute
+    behind. Returns a pandas DataFrame like ``Schedule.transfers()``.
+    """
+    import pandas as pd
+
+    if isinstance(max_stage_bytes, bool) or int(max_stage_bytes) != max_stage_bytes:
+        raise ValueError(f"max_stage_bytes must be a whole number (got {max_stage_bytes!r})")
+    if max_stage_bytes < 1:
+        raise ValueError(f"max_stage_bytes must be >= 1 (got {max_stage_bytes})")
+    cols = _columns(transfers)
+    is_stage, pos, k = _stage_rows(cols)
+    p = int(max(cols["src"].max(initial=0), cols["dst"].max(initial=0))) + 1
+    key = pos[is_stage] * p + cols["src"][is_stage]
+    per_nic = np.bincount(key, cols["nbytes"][is_stage], k * p).reshape(k, p)
+    parts = np.maximum(1, -(-per_nic.max(axis=1, initial=0).astype(np.int64) // max_stage_bytes))
+    first = np.concatenate(([0], np.cumsum(parts)[:-1]))
+    cut = pos >= 0  # stage rows and the redistribution of stages
+    m = np.ones(pos.size, dtype=np.int64)
+    m[cut] = parts[pos[cut]]
+    idx = np.repeat(np.arange(pos.size), m)
+    j = np.arange(idx.size) - np.repeat(np.cumsum(m) - m, m)
+    nb, mm = cols["nbytes"][idx], m[idx]
+    out = {c: cols[c][idx] for c in ("src", "dst", "origin", "final")}
+    out["nbytes"] = nb // mm + np.where(j == mm - 1, nb % mm, 0)
+    out["stage"] = np.where(cut[idx], first[np.maximum(pos[idx], 0)] + j, cols["stage"][idx])
+    names = sorted(PHASES)
+    frame = pd.DataFrame(out)
+    frame.insert(0, "phase", pd.Categorical.from_codes(cols["phase"][idx], categories=names))
+    return frame[["phase", "stage", "src", "dst", "origin", "final", "nbytes"]]
+
+
 def balance_only(traffic: np.ndarray, transfers, fabric: Fabric) -> Prediction:
     """The FAST schedule's balancing, then every rail transfer at once, then redistribution."""
     d, lb, info = _bounds(traffic, fabric)
