@@ -400,6 +400,8 @@ class Sweep:
             self._progress_done()
             self._print_footer(total_wrong, bus)
         total_wrong = self.topo.world.bcast(total_wrong)
+        if hasattr(self.impl, "close"):
+            self.impl.close()
         self.transport.close()
         return 1 if total_wrong else 0
 

@@ -117,7 +117,21 @@ def check_driver() -> dict:
     return summary
 
 
-CHECKS = [check_cupy_events, check_transport, check_driver]
+def check_nvrar_kernels() -> dict:
+    """NVRAR's LL8 cell kernels bit for bit against the CPU code, and their bandwidth."""
+    from suite.benchmarks.nvrar import check_ll8_kernels
+
+    return check_ll8_kernels()
+
+
+def check_nvshmem() -> dict:
+    """nvshmem4py initialised on one PE (from mpi4py), a symmetric buffer, a put to self."""
+    from suite.benchmarks.nvrar import check_nvshmem_one_pe
+
+    return check_nvshmem_one_pe()
+
+
+CHECKS = [check_cupy_events, check_transport, check_nvrar_kernels, check_nvshmem, check_driver]
 
 
 def main() -> int:
