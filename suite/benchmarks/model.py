@@ -106,6 +106,15 @@ def targets(servers: int = 40) -> bool:
                     f"|  |  | **target** fast <= {goal:.2f} | | | {got:.3f} "
                     f"{'met' if met else 'NOT met'} | | | | |"
                 )
+    print("\nOther laws, FAST time/lb at 256 MiB per GPU (2 µs / 10 µs per stage):")
+    for law in ("uniform", "moe:64,6", "random", "hotspot"):
+        d = generate(law, servers * 8, 256 * MiB, seed=SEED)
+        got = []
+        for stage_us in (2.0, 10.0):
+            fabric = fabric_from_profile("h200", stage_us=stage_us)
+            tr = _schedule(d, fabric, {"cost": True}).transfers()
+            got.append(f"{a2a.fast(d, tr, fabric).time_over_lb:.3f}")
+        print(f"  {law:10s} {' / '.join(got)}")
     print(
         "(prologue: the balancing step; fixed: the stages' fixed costs; stages/lb: the rail "
         "steps from the first to the last stage; all as fractions of lb)\n"
