@@ -19,6 +19,7 @@ SUBCOMMANDS = [
     "suite.sweep",
     "suite.simulate",
     "suite.report_cli",
+    "suite.schedule_cli",
 ]
 
 

@@ -239,13 +239,16 @@ def apportion(weights: np.ndarray, units: int) -> np.ndarray:
     return out
 
 
-def write_matrix(path: str | os.PathLike, matrix: np.ndarray) -> None:
-    """Write ``matrix`` in nccl-tests' ``alltoallv_perf`` format (one row per line)."""
+def write_matrix(path, matrix: np.ndarray) -> None:
+    """Write ``matrix`` in nccl-tests' ``alltoallv_perf`` format (one row per line) to a
+    path or an open text file."""
     m = _as_byte_matrix(matrix, "matrix")
+    text = "".join(" ".join(map(str, row)) + "\n" for row in m.tolist())
+    if hasattr(path, "write"):
+        path.write(text)
+        return
     with open(path, "w", encoding="ascii") as f:
-        for row in m:
-            f.write(" ".join(str(int(x)) for x in row))
-            f.write("\n")
+        f.write(text)
 
 
 def read_matrix(path: str | os.PathLike) -> np.ndarray:

@@ -16,6 +16,7 @@ from kernels.fast.scheduler import (
     check_traffic,
     compile_seconds,
     schedule,
+    server_matrix,
     warmup,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "check_traffic",
     "compile_seconds",
     "schedule",
+    "server_matrix",
     "warmup",
 ]

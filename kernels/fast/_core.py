@@ -245,7 +245,7 @@ def _units(d, unit, shift):
 
 
 @njit(cache=True)
-def _pad(M, line):
+def pad(M, line):
     """Add dummy entries so every row and column of ``M`` sums to ``line``.
 
     Diagonal first (a server "sending to itself" is an idle stage slot), then a
@@ -363,7 +363,7 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty):
     line = 0
     for s in range(S):
         line = max(line, M[s, :].sum(), M[:, s].sum())
-    _pad(M, line)
+    pad(M, line)
     limit = cap if cap >= 0 else S * S + 1
     perms, weights, computed, rest = decompose(M, line, mode, limit)
     order = np.argsort(-weights, kind="mergesort")
@@ -698,6 +698,56 @@ def _take(
     return ops, nops, pcs, npcs
 
 
+@njit(cache=True, inline="always")
+def _forwarded(
+    D, G, unit, g, t, lo, hi, step, want, keep, ptr, idx, moves, wpre, wlen, rdisp, ops, nops
+):
+    """The receives of ``want`` for what its node peer ``h`` (GPU g's rail partner in
+    server t = want's server) gets from pool units ``[lo, hi)`` of g and forwards to it."""
+    S = D.shape[0] // G
+    s = g // G
+    base_ptr = ptr[g * S + t]
+    nranges = 1 + ptr[g * S + t + 1] - base_ptr
+    pos = 0
+    for r in range(nranges):
+        if r == 0:
+            rlen = keep[g, t]
+            owner = g
+            x0 = 0
+        else:
+            m = idx[base_ptr + r - 1]
+            rlen = moves[m, 5]
+            owner = s * G + moves[m, 2]
+            x0 = moves[m, 4]
+        a0 = max(lo, pos)
+        a1 = min(hi, pos + rlen)
+        if a0 < a1:
+            xa = x0 + a0 - pos
+            xb = x0 + a1 - pos
+            q0 = max(xa, wpre[owner])
+            q1 = min(xb, wpre[owner] + wlen[owner])
+            if q0 < q1:
+                b0 = (q0 - wpre[owner]) * unit
+                b1 = min((q1 - wpre[owner]) * unit, D[owner, want])
+                ops, nops = _op(
+                    ops,
+                    nops,
+                    want,
+                    want,
+                    step,
+                    KIND_RECV,
+                    GROUP_NODE,
+                    g % G,
+                    -1,
+                    0,
+                    BUF_RECV,
+                    rdisp[owner, 0] + b0,
+                    b1 - b0,
+                )
+        pos += rlen
+    return ops, nops
+
+
 @njit(cache=True)
 def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces):
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
@@ -755,8 +805,11 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             if t != s:
                 keep[u, t] = min(region[u, t], c[s, t])
                 plen[u, t] = keep[u, t]
+    # (with ``want``, only the pools its plan reads: its own and those bound for its server)
     ptr = np.zeros(P * S + 1, np.int64)
     for m in range(nm):
+        if sw >= 0 and moves[m, 0] != sw and moves[m, 1] != sw:
+            continue
         g = moves[m, 0] * G + moves[m, 3]
         ptr[g * S + moves[m, 1] + 1] += 1
         plen[g, moves[m, 1]] += moves[m, 5]
@@ -765,9 +818,21 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     fill = ptr[:-1].copy()
     idx = np.empty(max(nm, 1), np.int64)
     for m in range(nm):
+        if sw >= 0 and moves[m, 0] != sw and moves[m, 1] != sw:
+            continue
         key = (moves[m, 0] * G + moves[m, 3]) * S + moves[m, 1]
         idx[fill[key]] = m
         fill[key] += 1
+    # with ``want``: where pair (u, want) sits in u's region for want's server, in units
+    wpre = np.zeros(P if want >= 0 else 1, np.int64)
+    wlen = np.zeros(P if want >= 0 else 1, np.int64)
+    if want >= 0:
+        for u in range(P):
+            acc = 0
+            for v in range(sw * G, want):
+                acc += _units(D[u, v], unit, shift)
+            wpre[u] = acc
+            wlen[u] = _units(D[u, want], unit, shift)
     # balance (step 0): receivers lay their ranges out by server, then arrival order
     bal_off = np.zeros(max(nm, 1), np.int64)
     for s in range(S):
@@ -930,6 +995,33 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     ntodo += 1
         used[:] = 0
         for i in range(ntodo):
+            g = todo[i, 0]
+            t = todo[i, 1]
+            h = t * G + g % G
+            if want >= 0 and h != want and g != want:
+                # a pool bound for want's server, landing on a peer: only the pieces the
+                # peer forwards to want matter (same order as the peer's sends)
+                ops, nops = _forwarded(
+                    D,
+                    G,
+                    unit,
+                    g,
+                    t,
+                    todo[i, 2],
+                    todo[i, 3],
+                    j + 2,
+                    want,
+                    keep,
+                    ptr,
+                    idx,
+                    moves,
+                    wpre,
+                    wlen,
+                    rdisp,
+                    ops,
+                    nops,
+                )
+                continue
             ops, nops, pcs, npcs = _take(
                 D,
                 G,

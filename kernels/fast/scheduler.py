@@ -18,8 +18,8 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
   it before decomposing; entries then tie and leave together (fewer stages) at a cost of
   at most ``(S - 1) * quantum`` bytes per NIC; ``"auto"`` picks the largest quantum
   costing at most 1 % of T;
-- ``max_stages`` (default ``"auto"`` = 2 S; ``None`` = no limit, an exact
-  decomposition): at most this many stages; what they do not carry is sent in a
+- ``max_stages`` (default ``"auto"`` = max(2 S, 10), which is exact for S <= 4;
+  ``None`` = no limit, an exact decomposition): at most this many stages; what they do not carry is sent in a
   rail-aligned **fan-out tail** (every GPU sends its leftovers to all servers at once);
 - ``stage_cost_bytes`` (default 0 = off): a fixed per-stage cost alpha * B in bytes; the
   number of stages K is then chosen to minimise
@@ -46,6 +46,7 @@ from kernels.fast import plan as _plan
 
 STRATEGIES = ("bottleneck", "threshold", "bvn")
 DEFAULT_STRATEGY = "bottleneck"
+AUTO_MIN_STAGES = 10  # S <= 4 never needs more (S^2 - 2S + 2): exact there
 _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
 _PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 _MAX_ENTRY = 1 << 62
@@ -312,7 +313,7 @@ def schedule(
     p = d.shape[0]
     s = p // g
     if max_stages == "auto":
-        cap = 2 * s
+        cap = max(2 * s, AUTO_MIN_STAGES)
     elif max_stages is None:
         cap = -1
     else:
@@ -346,6 +347,21 @@ def schedule(
         core,
         seconds,
     )
+
+
+def server_matrix(traffic, gpus_per_node: int, unit: int = 1) -> tuple[np.ndarray, int]:
+    """``(M, T)``: the balanced server matrix padded so every line sums to T (units of
+    ``unit`` bytes) - the matrix the stages decompose (for reference decompositions)."""
+    d = check_traffic(traffic, gpus_per_node)
+    unit = _positive_int(unit, "unit")
+    warmup()
+    from kernels.fast import _core
+
+    out = _core.synthesize(d, int(gpus_per_node), unit, _shift(unit), 1, 1, 0, 0.0, 2.0)
+    m = np.ascontiguousarray(out[1])
+    line = int(out[2])
+    _core.pad(m, line)
+    return m, line
 
 
 def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
