@@ -207,9 +207,11 @@ def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
     inter = nodes > 1
     hop = fabric.nic_us + fabric.msg_us if inter else fabric.scaleup_us
     ring_lat = 2 * (p - 1) * hop
+    # per byte of the ring's 2((P-1)/P)n: each GPU is the node's exit on 1 of its g rings
+    # (that share goes through its NIC); the rest of its traffic goes over its scale-up port
     ring_bw = max(
         float(fabric.nic_time_us(1.0)) / g if inter else 0.0,
-        float(fabric.scaleup_time_us(1.0)) * (g - 1) / g if g > 1 else 0.0,
+        float(fabric.scaleup_time_us(1.0)) * ((g - 1) / g if inter else 1.0) if g > 1 else 0.0,
     )
     ring_t = ring_lat + 2 * (p - 1) / p * n * ring_bw + fabric.reduce_time_us((p - 1) / p * n)
     depth = math.ceil(math.log2(nodes)) if inter else 0
