@@ -267,7 +267,7 @@ def fast_schedule(traffic: np.ndarray, fabric: Fabric, unit: int, params: dict):
     """The FAST schedule the model evaluates; the stage cost comes from the fabric."""
     import kernels.fast
 
-    opts = dict(params)
+    opts = {k: None if str(v).lower() == "none" else v for k, v in params.items()}
     opts.setdefault("stage_cost_bytes", fabric.stage_cost_bytes)
     try:
         return kernels.fast.schedule(traffic, fabric.gpus_per_node, unit=unit, **opts)
