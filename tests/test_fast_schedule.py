@@ -1,0 +1,322 @@
+"""FAST scheduler: transfers() flows, rail alignment, bounds, plans (simulated byte for
+byte against MPI_Alltoallv), determinism, corner cases and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+
+import kernels.fast as fast
+from kernels.fast import plan as P
+from kernels.fast import simulate
+from suite.cli import main
+
+
+@st.composite
+def cases(draw):
+    s = draw(st.integers(1, 4))
+    g = draw(st.integers(1, 4))
+    p = s * g
+    big = draw(st.sampled_from([5, 1000, 10**5]))
+    vals = draw(st.lists(st.integers(0, big), min_size=p * p, max_size=p * p))
+    d = np.array(vals, dtype=np.int64).reshape(p, p)
+    d[d < big // 3] = 0  # plenty of zeros: empty pairs, rows and columns
+    opts = {
+        "unit": draw(st.sampled_from([1, 2, 3, 8])),
+        "strategy": draw(st.sampled_from(fast.STRATEGIES)),
+        "max_stages": draw(st.sampled_from([None, "auto", 0, 1, 3])),
+    }
+    if draw(st.booleans()):
+        opts["quantum"] = draw(st.sampled_from(["auto", 16, 100]))
+    return d, g, opts
+
+
+def flows_ok(sched) -> None:
+    """Following transfers(), every (origin, final) pair's bytes go from origin to final:
+    each rank's net flow of the pair is -D at the origin, +D at the final, 0 elsewhere."""
+    d = sched.traffic
+    p = sched.nranks
+    tr = sched.transfers()
+    moving = tr[tr.src != tr.dst]
+    net = np.zeros((p, p, p), dtype=np.int64)  # origin, final, rank
+    np.add.at(net, (moving.origin, moving.final, moving.dst), moving.nbytes)
+    np.subtract.at(net, (moving.origin, moving.final, moving.src), moving.nbytes)
+    want = np.zeros_like(net)
+    o, f = np.nonzero(d)
+    off = o != f
+    want[o[off], f[off], f[off]] += d[o[off], f[off]]
+    want[o[off], f[off], o[off]] -= d[o[off], f[off]]
+    assert np.array_equal(net, want)
+    selfs = tr[(tr.phase == "intra") & (tr.src == tr.dst)]
+    assert np.array_equal(np.sort(selfs.src.to_numpy()), np.flatnonzero(np.diag(d)))
+    assert (selfs.nbytes.to_numpy() == np.diag(d)[selfs.src.to_numpy()]).all()
+    assert (tr.nbytes > 0).all()
+
+
+def stages_ok(sched) -> None:
+    """Stage rows are rail-aligned and follow the stage's server permutation: at most one
+    sending server per receiving server per stage."""
+    g = sched.gpus_per_node
+    tr = sched.transfers()
+    st_rows = tr[tr.phase == "stage"]
+    src, dst, k = st_rows.src.to_numpy(), st_rows.dst.to_numpy(), st_rows.stage.to_numpy()
+    assert (src % g == dst % g).all() and (src // g != dst // g).all()
+    assert (sched.perms[k, src // g] == dst // g).all()
+    pairs = {(int(a), int(b)) for a, b in zip(k, dst // g, strict=True)}
+    senders = {(int(a), int(b), int(c)) for a, b, c in zip(k, dst // g, src // g, strict=True)}
+    assert len(pairs) == len(senders)
+    for perm in sched.perms:  # each stage is a permutation of the servers
+        assert sorted(perm.tolist()) == list(range(sched.servers))
+    caps = sched.weights
+    sent = st_rows.groupby(["stage", "src"]).nbytes.sum()
+    for (stage, _), nbytes in sent.items():
+        assert nbytes <= caps[stage]
+
+
+def bounds_ok(sched, opts) -> None:
+    """T is within the rounding slack of the lower bound; stage + tail bytes fit in T."""
+    s, g, unit = sched.servers, sched.gpus_per_node, sched.unit
+    slack = (s - 1) * (1 if unit == 1 else (g + 1) * unit) + (s - 1) * sched.quantum
+    assert sched.lower_bound <= sched.line_sum <= sched.lower_bound + slack
+    assert sched.scheduled_bytes <= sched.line_sum
+    assert (np.diff(sched.weights) <= 0).all() and (sched.weights > 0).all()
+    if opts.get("max_stages", "auto") is None:
+        assert sched.stage_bytes == sched.line_sum and sched.tail_bytes == 0
+        assert sched.scheduled_bytes == sched.line_sum
+    if s > 1 and opts.get("max_stages", "auto") is None:
+        assert sched.nstages <= s * s - 2 * s + 2 or sched.quantum > 1
+
+
+def plans_ok(sched) -> None:
+    """Per-rank plans equal the all-ranks walk, and executing them is MPI_Alltoallv."""
+    fresh = fast.schedule(sched.traffic, sched.gpus_per_node, unit=sched.unit,
+                          strategy=sched.strategy, quantum=sched.quantum,
+                          max_stages=sched.max_stages)  # fmt: skip
+    for r, whole in enumerate(sched.plans()):
+        one = fresh.plan(r)
+        assert np.array_equal(one.ops, whole.ops) and one.buffer_bytes == whole.buffer_bytes
+    simulate.check(sched, seed=1)
+
+
+@settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_schedule_properties(case):
+    d, g, opts = case
+    sched = fast.schedule(d, g, **opts)
+    flows_ok(sched)
+    stages_ok(sched)
+    bounds_ok(sched, opts)
+    plans_ok(sched)
+    again = fast.schedule(d.copy(), g, **opts)  # deterministic
+    assert np.array_equal(again.perms, sched.perms)
+    assert np.array_equal(again.weights, sched.weights)
+    assert again.transfers().equals(sched.transfers())
+
+
+def _bottleneck(a: np.ndarray) -> int:
+    """Largest x such that a perfect matching exists on entries >= x (brute force)."""
+    best = 0
+    for x in np.unique(a[a > 0]):
+        r, c = linear_sum_assignment(a >= x, maximize=True)
+        if (a[r, c] >= x).all():
+            best = int(x)
+    return best
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 5), st.integers(0, 2**16))
+def test_bottleneck_stages_are_bottleneck_matchings(s, seed):
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 50, (2 * s, 2 * s))
+    sched = fast.schedule(d, 2, strategy="bottleneck", max_stages=None)
+    m, line = fast.server_matrix(d, 2)
+    assert line * sched.unit == sched.line_sum
+    for perm, w in zip(sched.perms, sched.weights, strict=True):
+        assert w == _bottleneck(m)
+        m[np.arange(s), perm] -= w
+    assert (m == 0).all()
+
+
+def test_one_server_has_no_scale_out():
+    d = np.arange(16, dtype=np.int64).reshape(4, 4) * 10
+    sched = fast.schedule(d, 4)
+    assert sched.nstages == 0 and sched.lower_bound == 0 and sched.line_sum == 0
+    assert set(sched.transfers().phase) == {"intra"}
+    simulate.check(sched)
+
+
+def test_one_gpu_per_server_needs_no_balancing_or_forwarding():
+    rng = np.random.default_rng(3)
+    d = rng.integers(0, 1000, (5, 5))
+    sched = fast.schedule(d, 1, max_stages=None)
+    phases = set(sched.transfers().phase)
+    assert "balance" not in phases and "redistribute" not in phases
+    for pl in sched.plans():
+        assert not (pl.ops["group"] == P.NODE).any()
+        assert not (pl.ops["src_buf"] == P.STAGE0).any()  # received straight into place
+        assert pl.extra_bytes == 0
+    simulate.check(sched)
+
+
+def test_all_zero_traffic():
+    sched = fast.schedule(np.zeros((8, 8), dtype=np.int64), 4)
+    assert sched.nstages == 0 and sched.scheduled_bytes == 0 and sched.lower_bound == 0
+    assert len(sched.transfers()) == 0
+    assert all(len(pl.ops) == 0 for pl in sched.plans())
+    simulate.check(sched)
+
+
+def test_single_hot_pair():
+    d = np.zeros((8, 8), dtype=np.int64)
+    d[1, 6] = 100_003
+    sched = fast.schedule(d, 4)
+    assert sched.nstages == 1 and sched.lower_bound == 25_001
+    assert sched.line_sum == sched.lower_bound == sched.scheduled_bytes
+    tr = sched.transfers()
+    assert set(tr[tr.phase == "balance"].dst) == {0, 2, 3}  # rank 1 spreads over its server
+    simulate.check(sched)
+
+
+def test_zero_rows_and_columns():
+    rng = np.random.default_rng(5)
+    d = rng.integers(1, 500, (12, 12))
+    d[[0, 5, 7], :] = 0
+    d[:, [2, 5, 11]] = 0
+    for strategy in fast.STRATEGIES:
+        sched = fast.schedule(d, 3, strategy=strategy, unit=4)
+        flows_ok(sched)
+        simulate.check(sched)
+
+
+def test_entries_near_2_to_the_40():
+    rng = np.random.default_rng(7)
+    d = (1 << 40) - rng.integers(0, 1 << 20, (16, 16))
+    d[3, :] = 0
+    sched = fast.schedule(d, 4, unit=8, max_stages=None)
+    flows_ok(sched)
+    stages_ok(sched)
+    bounds_ok(sched, {"max_stages": None})
+    for r, pl in enumerate(sched.plans()):  # reads and writes tile the buffers exactly
+        ops = pl.ops
+        for mask, off, total in (
+            ((ops["kind"] != P.RECV) & (ops["src_buf"] == P.SEND_BUF), "src_off", d[r].sum()),
+            ((ops["kind"] != P.SEND) & (ops["dst_buf"] == P.RECV_BUF), "dst_off", d[:, r].sum()),
+        ):
+            o, n = ops[off][mask], ops["nbytes"][mask]
+            if total == 0:
+                assert len(o) == 0
+                continue
+            order = np.argsort(o)
+            o, n = o[order], n[order]
+            assert (o[1:] == o[:-1] + n[:-1]).all() and o[0] == 0 and o[-1] + n[-1] == total
+
+
+def test_unit_alignment_never_drops_a_tail():
+    d = np.array([[0, 10, 7, 1], [13, 0, 3, 9], [2, 2, 0, 31], [5, 0, 17, 0]] * 2)
+    d = np.hstack([d, d])  # 8 x 8, sizes not multiples of the unit
+    for unit in (1, 2, 4, 8, 64):
+        sched = fast.schedule(d, 2, unit=unit, max_stages=None)
+        tr = sched.transfers()
+        for _, rows in tr[tr.src != tr.dst].groupby(["phase", "origin", "final"], observed=True):
+            assert (rows.nbytes % unit != 0).sum() <= 1  # only the pair's last piece is short
+        simulate.check(sched)
+
+
+def test_tail_strategies_and_cost_cut():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 48, 1 << 20, seed=2)
+    exact = fast.schedule(d, 4, max_stages=None)
+    capped = fast.schedule(d, 4, max_stages=5)
+    assert capped.nstages == 5 and capped.tail_bytes > 0
+    assert capped.scheduled_bytes <= exact.line_sum
+    simulate.check(capped)
+    counts = [fast.schedule(d, 4, max_stages=None, stage_cost_bytes=c).nstages
+              for c in (0, 1e3, 1e4, 1e5, 1e12)]  # fmt: skip
+    assert counts == sorted(counts, reverse=True) and counts[0] == exact.nstages
+    assert counts[-1] == 0  # a huge per-stage cost: everything in the tail
+    alone = fast.schedule(d, 4, max_stages=0)
+    assert alone.nstages == 0 and alone.tail_bytes > 0
+    simulate.check(alone)
+    quant = fast.schedule(d, 4, quantum="auto", max_stages=None)
+    assert quant.nstages < exact.nstages
+    assert quant.line_sum <= exact.line_sum * 1.01 + quant.quantum
+    assert exact.cost_bytes(1000.0) == exact.nstages * 1000.0 + exact.stage_bytes
+
+
+def test_summary_and_memory():
+    from suite.workloads import generate
+
+    sched = fast.schedule(generate("zipf:0.8", 32, 1 << 16, seed=1), 8)
+    sm = sched.summary()
+    assert sm["stages"] == sched.nstages and sm["lower_bound_bytes"] == sched.lower_bound
+    mem = sched.extra_memory()
+    per_rank = [pl.extra_bytes for pl in sched.plans()]
+    assert mem["max_rank_bytes"] == max(per_rank) and mem["total_bytes"] == sum(per_rank)
+    assert 0 < mem["fraction"] < 1
+    assert fast.compile_seconds() is not None and fast.warmup() == fast.compile_seconds()
+    assert len(sched.stages) == sched.nstages and sched.stages[0].nbytes == sched.weights[0]
+
+
+@pytest.mark.parametrize(
+    "traffic, g, message",
+    [
+        (np.zeros((3, 4), dtype=np.int64), 1, r"square P x P matrix .* shape \(3, 4\)"),
+        (np.zeros(4, dtype=np.int64), 1, "square"),
+        (np.array([[0, -1], [2, 0]]), 1, r"traffic\[0\]\[1\] is negative \(-1\)"),
+        (np.array([[0, np.nan], [2, 0]]), 1, r"integer byte counts.*\[0\]\[1\] is nan"),
+        (np.array([[0.0, 1.0], [2.0, 0.0]]), 1, "integer byte counts, got dtype float64"),
+        (np.zeros((6, 6), dtype=np.int64), 4, "6 ranks, not a multiple of gpus_per_node=4"),
+        (np.zeros((4, 4), dtype=np.int64), 0, "gpus_per_node must be at least 1"),
+        (np.zeros((4, 4), dtype=np.int64), 2.0, "gpus_per_node must be an integer"),
+        (np.full((2, 2), 2**62, dtype=np.uint64), 1, "too large"),
+        (np.array([["a"]]), 1, "integer byte counts"),
+    ],
+)
+def test_bad_traffic(traffic, g, message):
+    with pytest.raises(ValueError, match=message):
+        fast.schedule(traffic, g)
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"strategy": "greedy"}, "unknown strategy 'greedy'"),
+        ({"unit": 0}, "unit must be >= 1"),
+        ({"max_stages": -1}, "max_stages must be >= 0"),
+        ({"quantum": 0}, "quantum must be >= 1"),
+        ({"stage_cost_bytes": -1}, "stage_cost_bytes must be"),
+        ({"tail_penalty": 0.5}, "tail_penalty must be >= 1"),
+    ],
+)
+def test_bad_options(opts, message):
+    with pytest.raises(ValueError, match=message):
+        fast.schedule(np.ones((4, 4), dtype=np.int64), 2, **opts)
+    with pytest.raises(ValueError, match="rank 4 is outside"):
+        fast.schedule(np.ones((4, 4), dtype=np.int64), 2).plan(4)
+
+
+def test_simulator_catches_a_broken_plan():
+    sched = fast.schedule(np.full((4, 4), 10, dtype=np.int64), 2)
+    pl = sched.plan(0)
+    ops = pl.ops.copy()
+    recv = np.flatnonzero(ops["kind"] == P.RECV)[0]
+    ops["nbytes"][recv] -= 1
+    sched._plans[0] = P.RankPlan(0, ops, pl.nsteps, pl.buffer_bytes)
+    with pytest.raises(simulate.PlanError, match="expects"):
+        simulate.check(sched)
+
+
+def test_cli_schedule(capsys):
+    assert main(["schedule", "-w", "zipf:0.8@1", "-s", "4", "-g", "2", "--size", "64K",
+                 "-r", "2", "--show"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    for key in ("stages", "T (padded line sum)", "lower bound", "synthesis", "numba load"):
+        assert key in out
+    assert "server -> server" in out
+    assert main(["schedule", "-s", "3", "-g", "2", "--strategy", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown strategy" in err[0]
