@@ -41,6 +41,17 @@ LOCAL_SWEEP = (
 )
 
 
+#: After the measurements: one modelled table per tier of the papers (seconds each).
+MODELLED = (
+    ("model-h200.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
+                          "--workload", "zipf:0.8", "--size", "16M,256M",
+                          "--impls", "fast,fanout,spreadout,balance-only"]),
+    ("model-perlmutter.jsonl", ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
+                                "-b", "64K", "-e", "2M",
+                                "--impls", "nvrar,ring,recursive-doubling,nccl"]),
+)  # fmt: skip
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
@@ -58,6 +69,9 @@ def add_parser(sub) -> None:
         help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)",
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
+    p.add_argument(
+        "--no-report", action="store_true", help="skip the modelled tables, figures and report"
+    )
     p.set_defaults(func=run_sweep)
 
 
@@ -100,7 +114,7 @@ def run_sweep(args) -> int:
     started = time.perf_counter()
     for cmd in launches(args.backend, args.np, args.gpus_per_node, out):
         full = [*launcher, *oversubscribe, "-n", str(args.np), *cmd]
-        label = " ".join(cmd[3:cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
+        label = " ".join(cmd[3 : cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
         print(f"\n=== {label}", flush=True)
         try:
             rc = subprocess.run(full, env=env, timeout=args.timeout).returncode
@@ -109,10 +123,38 @@ def run_sweep(args) -> int:
         if rc != 0:
             failed.append(f"{label} (exit {rc})")
     print(f"\n# sweep: {time.perf_counter() - started:.0f} s; results in {out}")
+    if not args.no_report:
+        failed += finish(folder, env, args.timeout)
     if failed:
         print("# FAILED: " + "; ".join(failed), file=sys.stderr)
         return 1
     return 0
+
+
+def finish(folder: Path, env: dict, timeout: float) -> list[str]:
+    """Modelled tables, then the figures and the report from this run's folder."""
+    steps = [
+        (f"simulate {name}", [sys.executable, "-m", "suite", "simulate", *argv,
+                              "--out", str(folder / name)])
+        for name, argv in MODELLED
+    ]  # fmt: skip
+    steps += [
+        ("figures", [sys.executable, "-m", "analysis", "figures", str(folder),
+                     "-o", str(folder / "figures")]),
+        ("report", [sys.executable, "-m", "suite", "report", str(folder),
+                    "-o", str(folder / "report.html")]),
+    ]  # fmt: skip
+    failed = []
+    for label, cmd in steps:
+        print(f"\n=== {label}", flush=True)
+        try:
+            rc = subprocess.run(cmd, env=env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            failed.append(f"{label} (exit {rc})")
+    print(f"\n# figures: {folder / 'figures'}\n# report:  {folder / 'report.html'}")
+    return failed
 
 
 def _is_open_mpi(launcher: str) -> bool:
