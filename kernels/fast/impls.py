@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from kernels.cases import AlltoallvCase
-from kernels.fast import compile_seconds, schedule
+from kernels.fast import compile_seconds, schedule, warmup
 from kernels.fast.executor import PlanExecutor, load
 from kernels.registry import register
 
@@ -59,7 +59,11 @@ class _Fast:
         self.options = {**opts, **self.fixed}
         self.transport = transport
         self.executor = PlanExecutor(transport, groups)
-        g = transport.topo.gpus_per_node
+        topo = transport.topo
+        if topo.rank == 0:  # one rank compiles a stale numba cache, the others then load it
+            warmup()
+        topo.world.barrier()
+        g = topo.gpus_per_node
         self._synthesize(np.zeros((g, g), dtype=np.int64), 1)  # bad options fail here
         self.schedule = None
         self._plan_us = 0.0

@@ -1,0 +1,250 @@
+"""The FAST per-rank executor, in process: every rank a thread on a mailbox transport
+(``tests/threaded_transport.py``), checked byte for byte against MPI_Alltoallv's layout;
+the plan checks and the cross-rank agreement. The MPI runs are in
+``test_fast_executor_mpi.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels.cases import AlltoallvCase
+from kernels.fast import plan as P
+from kernels.fast import schedule
+from kernels.fast.executor import (
+    PlanExecutor,
+    agree,
+    fingerprint,
+    load,
+    plan_problem,
+    schedule_problem,
+)
+from kernels.fast.simulate import alltoallv, random_sendbufs
+from tests.threaded_transport import run_ranks
+
+
+@st.composite
+def traffic_cases(draw):
+    """A traffic matrix (zeros, odd sizes, the occasional huge pair) and its node size."""
+    servers = draw(st.integers(1, 4))
+    g = draw(st.integers(1, 4))
+    p = servers * g
+    kind = draw(st.sampled_from(["dense", "sparse", "hot", "zero"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "zero":
+        d = np.zeros((p, p), dtype=np.int64)
+    elif kind == "hot":
+        d = np.zeros((p, p), dtype=np.int64)
+        d[rng.integers(p), rng.integers(p)] = int(rng.integers(1, 50_000))
+    else:
+        d = rng.integers(0, 3000, (p, p)) * rng.choice([1, 3, 7, 13], (p, p))
+        if kind == "sparse":
+            d[rng.random((p, p)) < 0.6] = 0
+    return d.astype(np.int64), g
+
+
+OPTIONS = st.sampled_from([
+    {},
+    {"strategy": "bvn", "max_stages": None},
+    {"strategy": "threshold", "quantum": "auto"},
+    {"max_stages": 0},
+    {"max_stages": 1},
+])  # fmt: skip
+
+
+def execute(sched, groups: str = "world", sendbufs=None) -> list[np.ndarray]:
+    """Every rank's receive buffer after running its plan on the threaded transport."""
+    d = sched.traffic
+    send = random_sendbufs(d, seed=1) if sendbufs is None else sendbufs
+
+    def rank(t):
+        r = t.topo.rank
+        recv = np.full(int(d[:, r].sum()), 0xFF, np.uint8)
+        ex = PlanExecutor(t, groups)
+        ex.bind(sched.plan(r), send[r], recv)
+        ex.run()
+        return recv
+
+    return run_ranks(sched.nranks, sched.gpus_per_node, rank)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic_cases(), OPTIONS, st.sampled_from(["world", "split"]))
+def test_executor_matches_alltoallv(tc, options, groups):
+    d, g = tc
+    sched = schedule(d, g, **options)
+    for r in range(sched.nranks):
+        assert schedule_problem(sched, d, g, r, int(d[r].sum()), int(d[:, r].sum())) is None
+    send = random_sendbufs(d, seed=1)
+    got = execute(sched, groups, send)
+    want = alltoallv(d, send)
+    for r in range(len(got)):
+        np.testing.assert_array_equal(got[r], want[r], err_msg=f"rank {r}")
+
+
+def test_one_group_per_step_and_scratch_only_grows():
+    rng = np.random.default_rng(3)
+    big = rng.integers(0, 5000, (8, 8))
+    small = rng.integers(0, 50, (8, 8))
+
+    def rank(t):
+        r = t.topo.rank
+        ex = PlanExecutor(t)
+        out = []
+        for d in (big, small, big):
+            sched = schedule(d, 2)
+            send = random_sendbufs(d, seed=2)[r]
+            recv = np.zeros(int(d[:, r].sum()), np.uint8)
+            before = t.posted
+            ex.bind(sched.plan(r), send, recv)
+            assert all(len(posts) <= 1 for posts, _ in ex._steps)  # one group per step
+            ex.run()
+            out.append((recv, ex.scratch_bytes, t.posted - before))
+        return out
+
+    results = run_ranks(8, 2, rank)
+    for r, per_call in enumerate(results):
+        for (recv, _, _), d in zip(per_call, (big, small, big), strict=True):
+            np.testing.assert_array_equal(recv, alltoallv(d, random_sendbufs(d, seed=2))[r])
+        sizes = [s for _, s, _ in per_call]
+        assert sizes[0] == sizes[1] == sizes[2]  # allocated once for the largest matrix
+        assert sizes[0] >= schedule(big, 2).plan(r).extra_bytes
+
+
+def test_split_groups_post_node_and_rail_separately():
+    d = np.random.default_rng(4).integers(1, 900, (8, 8))
+    sched = schedule(d, 4)
+
+    def rank(t):
+        ex = PlanExecutor(t, "split")
+        ex.bind(sched.plan(t.topo.rank), np.zeros(int(d[t.topo.rank].sum()), np.uint8),
+                np.zeros(int(d[:, t.topo.rank].sum()), np.uint8))  # fmt: skip
+        return {g for posts, _ in ex._steps for g, _, _ in posts}
+
+    assert set().union(*run_ranks(8, 4, rank)) == {"node", "rail"}
+
+
+def test_unknown_grouping_is_refused():
+    with pytest.raises(ValueError, match="groups must be one of world, split"):
+        PlanExecutor(None, "both")
+
+
+# ---------------------------------------------------------------- plan checks
+
+
+def _plan_and_sizes(g: int = 2, rank: int = 1):
+    d = np.random.default_rng(5).integers(1, 700, (8, 8))
+    sched = schedule(d, g)
+    return sched.plan(rank), int(d[rank].sum()), int(d[:, rank].sum())
+
+
+def _corrupt(plan: P.RankPlan, mask_fn, field: str, value) -> P.RankPlan:
+    ops = plan.ops.copy()
+    i = int(np.flatnonzero(mask_fn(ops))[0])
+    ops[field][i] = value(ops[i]) if callable(value) else value
+    return P.RankPlan(plan.rank, ops, plan.nsteps, plan.buffer_bytes)
+
+
+def _is(kind, group=None):
+    return lambda o: (o["kind"] == kind) & (True if group is None else o["group"] == group)
+
+
+CORRUPTIONS = [
+    ("nbytes", _is(P.SEND), 0, "moves 0 bytes"),
+    ("peer", _is(P.SEND, P.NODE), 2, "node peer outside 0..1"),
+    ("peer", _is(P.RECV, P.RAIL), 4, "rail peer outside 0..3"),
+    ("group", _is(P.SEND), P.LOCAL, "outside the node and rail groups"),
+    ("kind", _is(P.COPY), 7, "unknown op kind"),
+    ("step", _is(P.SEND), 99, "steps are not sorted"),
+    ("dst_off", _is(P.RECV), lambda o: o["dst_off"] + 10**9, "outside the"),
+    ("src_buf", _is(P.SEND), P.RECV_BUF, "src buffer is not one it may use"),
+    ("dst_buf", _is(P.RECV), P.SEND_BUF, "dst buffer is not one it may use"),
+    ("src_off", lambda o: (o["kind"] != P.RECV) & (o["src_buf"] == P.SEND_BUF) & (o["src_off"] > 0),
+     lambda o: o["src_off"] - 1, "read the"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field,mask,value,message", CORRUPTIONS)
+def test_corrupt_plan_is_refused(field, mask, value, message):
+    plan, sb, rb = _plan_and_sizes()
+    assert plan_problem(plan, 8, 2, sb, rb) is None
+    bad = _corrupt(plan, mask, field, value)
+    problem = plan_problem(bad, 8, 2, sb, rb)
+    assert problem is not None and message in problem, problem
+
+
+def test_plan_for_other_buffers_is_refused():
+    plan, sb, rb = _plan_and_sizes()
+    assert "send buffer exactly once" in plan_problem(plan, 8, 2, sb + 1, rb)
+    assert "outside the" in plan_problem(plan, 8, 2, sb, rb - 1)
+    wrong_dtype = P.RankPlan(plan.rank, plan.ops.astype([(f, np.int32) for f in P.OP_FIELDS]),
+                             plan.nsteps, plan.buffer_bytes)  # fmt: skip
+    assert "dtype" in plan_problem(wrong_dtype, 8, 2, sb, rb)
+    empty = P.RankPlan(0, np.zeros(0, P.OP_DTYPE), 3, {})
+    assert plan_problem(empty, 8, 2, 0, 0) is None
+    assert "send buffer" in plan_problem(empty, 8, 2, 5, 0)
+
+
+def test_schedule_for_other_traffic_or_node_size_is_refused():
+    rng = np.random.default_rng(6)
+    d = rng.integers(1, 500, (8, 8))
+    other = d.copy()
+    other[2, 3] += 1
+    sched = schedule(d, 4)
+    row, col = int(d[0].sum()), int(d[:, 0].sum())
+    assert schedule_problem(sched, d, 4, 0, row, col) is None
+    assert "another traffic matrix (entry [2][3]" in schedule_problem(sched, other, 4, 0, row, col)
+    assert "for 4 GPUs per node but the topology has 2" in schedule_problem(
+        sched, d, 2, 0, row, col
+    )
+    assert "for 8 ranks" in schedule_problem(sched, d[:4, :4], 4, 0, row, col)
+    assert "buffers hold" in schedule_problem(sched, d, 4, 0, row + 1, col)
+
+
+def test_fingerprint_separates_matrices_and_node_sizes():
+    d = np.arange(16).reshape(4, 4)
+    assert fingerprint(d, 2) == fingerprint(d.astype(np.int32).copy(), 2)
+    e = d.copy()
+    e[3, 3] += 1
+    assert len({fingerprint(d, 2), fingerprint(e, 2), fingerprint(d, 4),
+                fingerprint(d.reshape(2, 8), 2)}) == 4  # fmt: skip
+    assert 0 <= fingerprint(d) < 2**63
+
+
+class _Comm:
+    def __init__(self, views):
+        self.views = views
+
+    def allgather(self, obj):
+        return self.views
+
+
+def test_agree_names_the_disagreement():
+    agree(_Comm([(None, 5), (None, 5)]), None, 5)
+    with pytest.raises(ValueError, match="different traffic matrices \\(rank 0 and rank 2"):
+        agree(_Comm([(None, 5), (None, 5), (None, 6)]), None, 5)
+    with pytest.raises(ValueError, match="x: rank 1 refuses the plan: bad \\(and 2 more ranks\\)"):
+        agree(_Comm([(None, 5), ("bad", 5), ("worse", 5), ("bad", 5)]), "bad", 5, "x")
+
+
+def test_load_refuses_on_every_rank_before_anything_is_posted():
+    rng = np.random.default_rng(7)
+    d = rng.integers(1, 500, (8, 8))
+    stale = schedule(d + np.eye(8, dtype=np.int64), 2)
+
+    def rank(t):
+        r = t.topo.rank
+        case = AlltoallvCase(d, np.zeros(int(d[r].sum()), np.uint8),
+                             np.zeros(int(d[:, r].sum()), np.uint8), r)  # fmt: skip
+        ex = PlanExecutor(t)
+        try:
+            load(ex, stale, case)
+        except ValueError as exc:
+            return str(exc), t.posted, ex.nsteps
+        return None, t.posted, ex.nsteps
+
+    for msg, posted, nsteps in run_ranks(8, 2, rank):
+        assert msg and "rank 0 refuses the plan: the schedule was computed for another" in msg
+        assert posted == 0 and nsteps == 0
