@@ -46,119 +46,13 @@ def _pow2_floor(x: int) -> int:
 
 
 @njit(cache=True)
-def _augment(A, theta, root, match_row, match_col, seen, stamp, stack, ptr, via, rows):
-    """Kuhn augmenting path from ``root`` in ``{A >= theta, A > 0}``.
-
-    Returns -1 on success, 0 if there is no such path.
-    """
-    n = A.shape[0]
-    depth = 0
-    stack[0] = root
-    ptr[0] = 0
-    nrows = 1
-    rows[0] = root
-    while depth >= 0:
-        r = stack[depth]
-        if ptr[depth] == 0:
-            # lookahead: a free allowed column ends the path at once
-            for c in range(n):
-                a = A[r, c]
-                if a > 0 and a >= theta and match_col[c] < 0:
-                    seen[c] = stamp
-                    via[depth] = c
-                    for d in range(depth, -1, -1):
-                        cc = via[d]
-                        rr = stack[d]
-                        match_col[cc] = rr
-                        match_row[rr] = cc
-                    return -1
-        advanced = False
-        while ptr[depth] < n:
-            c = ptr[depth]
-            ptr[depth] += 1
-            a = A[r, c]
-            if a > 0 and a >= theta and seen[c] != stamp:
-                seen[c] = stamp
-                via[depth] = c
-                nxt = match_col[c]
-                if nxt < 0:
-                    for d in range(depth, -1, -1):
-                        cc = via[d]
-                        rr = stack[d]
-                        match_col[cc] = rr
-                        match_row[rr] = cc
-                    return -1
-                depth += 1
-                stack[depth] = nxt
-                ptr[depth] = 0
-                rows[nrows] = nxt
-                nrows += 1
-                advanced = True
-                break
-        if not advanced:
-            depth -= 1
-    return 0
-
-
-@njit(cache=True)
-def _widest(A, theta, root, match_row, match_col, best, parent):
-    """Augment from ``root`` along the alternating path whose smallest free edge is
-    largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when a
-    free column is reachable at the cap early). Returns that smallest edge, 0 if no
-    augmenting path exists at all. ``best[c] < 0`` marks a settled column.
-    """
-    n = A.shape[0]
-    for c in range(n):
-        a = A[root, c]
-        best[c] = a if a < theta else theta
-        parent[c] = root
-    while True:
-        c = -1
-        top = 0
-        for j in range(n):
-            if best[j] > top:
-                top = best[j]
-                c = j
-        if c < 0:
-            return 0
-        best[c] = -1
-        r = match_col[c]
-        if r < 0:
-            while True:
-                rr = parent[c]
-                prev = match_row[rr]
-                match_row[rr] = c
-                match_col[c] = rr
-                if rr == root:
-                    return top
-                c = prev
-        for j in range(n):
-            bj = best[j]
-            if bj >= 0:
-                a = A[r, j]
-                v = a if a < top else top
-                if v > bj:
-                    best[j] = v
-                    parent[j] = r
-                    if v == top and match_col[j] < 0:
-                        # nothing on the frontier beats ``top``: take this free column now
-                        c = j
-                        while True:
-                            rr = parent[c]
-                            prev = match_row[rr]
-                            match_row[rr] = c
-                            match_col[c] = rr
-                            if rr == root:
-                                return top
-                            c = prev
-
-
-@njit(cache=True)
 def decompose(A, line_sum, mode, max_stages):
     """BvN stages of ``A`` (modified in place: it ends as the residual).
 
     Returns ``(perms, weights, nstages, residual_line_sum)``; ``perms[k, s]`` is the
     server that server s sends to in stage k. Stops after ``max_stages`` stages.
+    (The search helpers are closures: calls to jitted functions taking arrays pay
+    reference counting per array argument.)
     """
     n = A.shape[0]
     match_row = np.full(n, -1, np.int64)
@@ -167,8 +61,89 @@ def decompose(A, line_sum, mode, max_stages):
     stack = np.empty(n + 1, np.int64)
     ptr = np.empty(n + 1, np.int64)
     via = np.empty(n + 1, np.int64)
-    rows = np.empty(n + 1, np.int64)  # scratch of _augment
     best = np.empty(n, np.int64)
+    parent = np.empty(n, np.int64)
+
+    def flip(c, root):
+        """Augment along ``parent`` from the free column c back to ``root``."""
+        while True:
+            rr = parent[c]
+            prev = match_row[rr]
+            match_row[rr] = c
+            match_col[c] = rr
+            if rr == root:
+                return
+            c = prev
+
+    def augment(root, stamp):
+        """Kuhn's augmenting path (iterative DFS with lookahead) on the positive
+        entries; False if there is none."""
+        depth = 0
+        stack[0] = root
+        ptr[0] = 0
+        while depth >= 0:
+            r = stack[depth]
+            if ptr[depth] == 0:
+                for c in range(n):  # lookahead: a free column ends the path at once
+                    if A[r, c] > 0 and match_col[c] < 0:
+                        seen[c] = stamp
+                        via[depth] = c
+                        for d in range(depth, -1, -1):
+                            match_col[via[d]] = stack[d]
+                            match_row[stack[d]] = via[d]
+                        return True
+            advanced = False
+            while ptr[depth] < n:
+                c = ptr[depth]
+                ptr[depth] += 1
+                if A[r, c] > 0 and seen[c] != stamp:
+                    seen[c] = stamp
+                    via[depth] = c
+                    depth += 1
+                    stack[depth] = match_col[c]
+                    ptr[depth] = 0
+                    advanced = True
+                    break
+            if not advanced:
+                depth -= 1
+        return False
+
+    def widest(root, theta):
+        """Augment from ``root`` along the alternating path whose smallest free edge is
+        largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when
+        a free column is reachable at the cap early). Returns that smallest edge, 0 if
+        no augmenting path exists. ``best[c] < 0`` marks a settled column."""
+        for c in range(n):
+            a = A[root, c]
+            best[c] = a if a < theta else theta
+            parent[c] = root
+        while True:
+            c = -1
+            top = 0
+            for j in range(n):
+                if best[j] > top:
+                    top = best[j]
+                    c = j
+            if c < 0:
+                return 0
+            best[c] = -1
+            r = match_col[c]
+            if r < 0:
+                flip(c, root)
+                return top
+            for j in range(n):
+                bj = best[j]
+                if bj >= 0:
+                    a = A[r, j]
+                    v = a if a < top else top
+                    if v > bj:
+                        best[j] = v
+                        parent[j] = r
+                        if v == top and match_col[j] < 0:
+                            # nothing on the frontier beats ``top``: take this column now
+                            flip(j, root)
+                            return top
+
     cap = max_stages if max_stages < n * n + 1 else n * n + 1
     perms = np.empty((max(cap, 1), n), np.int32)
     weights = np.empty(max(cap, 1), np.int64)
@@ -183,7 +158,7 @@ def decompose(A, line_sum, mode, max_stages):
     while True:
         # greedy pass: an unmatched row takes its smallest allowed free column (a tight
         # fit keeps large entries for later stages: measured fewer, larger stages)
-        for r in range(n):
+        for r in range(n if mode != MODE_BVN else 0):
             if match_row[r] >= 0:
                 continue
             top = 0
@@ -201,11 +176,11 @@ def decompose(A, line_sum, mode, max_stages):
                 continue
             if mode == MODE_BVN:
                 stamp += 1
-                if _augment(A, 1, r, match_row, match_col, seen, stamp, stack, ptr, via, rows) < 0:
-                    continue
-                raise ValueError("no perfect matching: line sums are not equal")
+                if not augment(r, stamp):
+                    raise ValueError("no perfect matching: line sums are not equal")
+                continue
             # the widest augmenting path: at the level if one exists, else it sets the next
-            got = _widest(A, theta, r, match_row, match_col, best, stack)
+            got = widest(r, theta)
             if got == 0:
                 raise ValueError("no perfect matching: line sums are not equal")
             if got < theta:
@@ -234,6 +209,21 @@ def decompose(A, line_sum, mode, max_stages):
 
 
 # ----------------------------------------------------------------------------- synthesis
+
+
+@njit(cache=True)
+def minmax(D):
+    """Smallest and largest entry, in one pass."""
+    lo = D[0, 0]
+    hi = D[0, 0]
+    for i in range(D.shape[0]):
+        for j in range(D.shape[1]):
+            x = D[i, j]
+            if x < lo:
+                lo = x
+            if x > hi:
+                hi = x
+    return lo, hi
 
 
 @njit(cache=True, inline="always")
@@ -431,343 +421,35 @@ PHASE_REDISTRIBUTE = 3
 PHASE_TAIL = 4
 
 
-@njit(cache=True, inline="always")
-def _op(ops, n, want, rank, step, kind, group, peer, sbuf, soff, dbuf, doff, nbytes):
-    if want >= 0 and rank != want:
-        return ops, n
-    if n == ops.shape[0]:
-        bigger = np.empty((2 * n, NCOL), np.int64)
-        bigger[:n] = ops
-        ops = bigger
-    ops[n, 0] = rank
-    ops[n, 1] = step
-    ops[n, 2] = kind
-    ops[n, 3] = group
-    ops[n, 4] = peer
-    ops[n, 5] = sbuf
-    ops[n, 6] = soff
-    ops[n, 7] = dbuf
-    ops[n, 8] = doff
-    ops[n, 9] = nbytes
-    return ops, n + 1
-
-
-@njit(cache=True, inline="always")
-def _piece(pcs, m, on, phase, stage, src, dst, origin, final, nbytes):
-    if not on:
-        return pcs, m
-    if m == pcs.shape[0]:
-        bigger = np.empty((2 * m, 7), np.int64)
-        bigger[:m] = pcs
-        pcs = bigger
-    pcs[m, 0] = phase
-    pcs[m, 1] = stage
-    pcs[m, 2] = src
-    pcs[m, 3] = dst
-    pcs[m, 4] = origin
-    pcs[m, 5] = final
-    pcs[m, 6] = nbytes
-    return pcs, m + 1
-
-
-@njit(cache=True, inline="always")
-def _rel(D, G, unit, shift, u, t, x):
-    """Byte offset of unit ``x`` of GPU u's region for server t, from the region start."""
-    acc = 0
-    off = 0
-    for v in range(t * G, t * G + G):
-        d = D[u, v]
-        n = _units(d, unit, shift)
-        if x <= acc + n:
-            return off + min((x - acc) * unit, d)
-        acc += n
-        off += d
-    return off
-
-
-@njit(cache=True, inline="always")
-def _split(D, G, unit, shift, u, t, x0, x1, out, k):
-    """Append the pair pieces of region units ``[x0, x1)`` to ``out``: rows
-    ``(origin, final, byte offset in the pair, bytes)``."""
-    acc = 0
-    for v in range(t * G, t * G + G):
-        d = D[u, v]
-        n = _units(d, unit, shift)
-        lo = max(x0, acc)
-        hi = min(x1, acc + n)
-        if lo < hi:
-            out[k, 0] = u
-            out[k, 1] = v
-            out[k, 2] = (lo - acc) * unit
-            out[k, 3] = min((hi - acc) * unit, d) - (lo - acc) * unit
-            k += 1
-        acc += n
-    return k
-
-
-@njit(cache=True, inline="always")
-def _take(
-    D,
-    G,
-    unit,
-    shift,
-    g,
-    t,
-    lo,
-    hi,
-    j,
-    K,
-    want,
-    with_pieces,
-    keep,
-    ptr,
-    idx,
-    moves,
-    bal_off,
-    start,
-    rdisp,
-    used,
-    bufbytes,
-    scratch,
-    ops,
-    nops,
-    pcs,
-    npcs,
-):
-    """Emit rail step ``j`` (``j == K``: the tail) for pool units ``[lo, hi)`` of GPU g
-    for server t: at most two messages (own prefix from the send buffer, then the
-    balance buffer), their receives, and the redistribution at step ``j + 2``."""
-    S = D.shape[0] // G
-    s = g // G
-    a = g - s * G
-    h = t * G + a
-    step = j + 1
-    is_tail = j == K
-    sbuf = BUF_TAIL if is_tail else (BUF_STAGE0 if j % 2 == 0 else BUF_STAGE1)
-    phase = PHASE_TAIL if is_tail else PHASE_STAGE
-    stage_id = -1 if is_tail else j
-    base_ptr = ptr[g * S + t]
-    nranges = 1 + ptr[g * S + t + 1] - base_ptr
-    for seg in range(2):
-        k = 0
-        seg_off = -1
-        seg_bytes = 0
-        pos = 0
-        for r in range(nranges):
-            if r == 0:
-                rlen = keep[g, t]
-                owner = g
-                x0 = 0
-                m = -1
-            else:
-                m = idx[base_ptr + r - 1]
-                rlen = moves[m, 5]
-                owner = s * G + moves[m, 2]
-                x0 = moves[m, 4]
-            a0 = max(lo, pos)
-            a1 = min(hi, pos + rlen)
-            pos += rlen
-            if a0 >= a1 or (r == 0) != (seg == 0):
-                continue
-            xa = x0 + a0 - (pos - rlen)
-            xb = x0 + a1 - (pos - rlen)
-            ba = _rel(D, G, unit, shift, owner, t, xa)
-            bb = _rel(D, G, unit, shift, owner, t, xb)
-            if seg_off < 0:
-                if r == 0:
-                    seg_off = start[g, t] + ba
-                else:
-                    seg_off = bal_off[m] + ba - _rel(D, G, unit, shift, owner, t, x0)
-            seg_bytes += bb - ba
-            k = _split(D, G, unit, shift, owner, t, xa, xb, scratch, k)
-        if seg_bytes == 0:
-            continue
-        ops, nops = _op(
-            ops,
-            nops,
-            want,
-            g,
-            step,
-            KIND_SEND,
-            GROUP_RAIL,
-            t,
-            BUF_SEND if seg == 0 else BUF_BALANCE,
-            seg_off,
-            -1,
-            0,
-            seg_bytes,
-        )
-        if with_pieces:
-            for i in range(k):
-                pcs, npcs = _piece(
-                    pcs,
-                    npcs,
-                    True,
-                    phase,
-                    stage_id,
-                    g,
-                    h,
-                    scratch[i, 0],
-                    scratch[i, 1],
-                    scratch[i, 3],
-                )
-        if k == 1 and scratch[0, 1] == h:
-            # one piece for the receiver itself: straight into its receive buffer
-            if want < 0 or want == h:
-                ops, nops = _op(
-                    ops,
-                    nops,
-                    want,
-                    h,
-                    step,
-                    KIND_RECV,
-                    GROUP_RAIL,
-                    s,
-                    -1,
-                    0,
-                    BUF_RECV,
-                    rdisp[scratch[0, 0], h if want < 0 else 0] + scratch[0, 2],
-                    seg_bytes,
-                )
-            continue
-        base = bufbytes[h, 3] if is_tail else used[h]
-        ops, nops = _op(
-            ops, nops, want, h, step, KIND_RECV, GROUP_RAIL, s, -1, 0, sbuf, base, seg_bytes
-        )
-        off = base
-        for i in range(k):
-            o = scratch[i, 0]
-            f = scratch[i, 1]
-            nb = scratch[i, 3]
-            if f == h:
-                if want < 0 or want == h:
-                    ops, nops = _op(
-                        ops,
-                        nops,
-                        want,
-                        h,
-                        step + 1,
-                        KIND_COPY,
-                        GROUP_LOCAL,
-                        -1,
-                        sbuf,
-                        off,
-                        BUF_RECV,
-                        rdisp[o, h if want < 0 else 0] + scratch[i, 2],
-                        nb,
-                    )
-            else:
-                ops, nops = _op(
-                    ops,
-                    nops,
-                    want,
-                    h,
-                    step + 1,
-                    KIND_SEND,
-                    GROUP_NODE,
-                    f - t * G,
-                    sbuf,
-                    off,
-                    -1,
-                    0,
-                    nb,
-                )
-                if want < 0 or want == f:
-                    ops, nops = _op(
-                        ops,
-                        nops,
-                        want,
-                        f,
-                        step + 1,
-                        KIND_RECV,
-                        GROUP_NODE,
-                        a,
-                        -1,
-                        0,
-                        BUF_RECV,
-                        rdisp[o, f if want < 0 else 0] + scratch[i, 2],
-                        nb,
-                    )
-            if with_pieces:
-                pcs, npcs = _piece(pcs, npcs, True, PHASE_REDISTRIBUTE, stage_id, h, f, o, f, nb)
-            off += nb
-        if is_tail:
-            bufbytes[h, 3] += seg_bytes
-        else:
-            used[h] += seg_bytes
-    return ops, nops, pcs, npcs
-
-
-@njit(cache=True, inline="always")
-def _forwarded(
-    D, G, unit, g, t, lo, hi, step, want, keep, ptr, idx, moves, wpre, wlen, rdisp, ops, nops
-):
-    """The receives of ``want`` for what its node peer ``h`` (GPU g's rail partner in
-    server t = want's server) gets from pool units ``[lo, hi)`` of g and forwards to it."""
-    S = D.shape[0] // G
-    s = g // G
-    base_ptr = ptr[g * S + t]
-    nranges = 1 + ptr[g * S + t + 1] - base_ptr
-    pos = 0
-    for r in range(nranges):
-        if r == 0:
-            rlen = keep[g, t]
-            owner = g
-            x0 = 0
-        else:
-            m = idx[base_ptr + r - 1]
-            rlen = moves[m, 5]
-            owner = s * G + moves[m, 2]
-            x0 = moves[m, 4]
-        a0 = max(lo, pos)
-        a1 = min(hi, pos + rlen)
-        if a0 < a1:
-            xa = x0 + a0 - pos
-            xb = x0 + a1 - pos
-            q0 = max(xa, wpre[owner])
-            q1 = min(xb, wpre[owner] + wlen[owner])
-            if q0 < q1:
-                b0 = (q0 - wpre[owner]) * unit
-                b1 = min((q1 - wpre[owner]) * unit, D[owner, want])
-                ops, nops = _op(
-                    ops,
-                    nops,
-                    want,
-                    want,
-                    step,
-                    KIND_RECV,
-                    GROUP_NODE,
-                    g % G,
-                    -1,
-                    0,
-                    BUF_RECV,
-                    rdisp[owner, 0] + b0,
-                    b1 - b0,
-                )
-        pos += rlen
-    return ops, nops
-
-
 @njit(cache=True)
-def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces):
+def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces,
+          ops_cap, pieces_cap):  # fmt: skip
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
 
-    Returns ``(ops, pieces, bufbytes)``: ``ops`` rows are ``rank, step, kind, group,
-    peer, src_buf, src_off, dst_buf, dst_off, nbytes`` in posting order (not yet sorted
-    by step); ``pieces`` rows ``phase, stage, src, dst, origin, final, nbytes`` (only if
-    ``with_pieces``, which needs ``want < 0``); ``bufbytes[r]`` = bytes of BALANCE,
-    STAGE0, STAGE1, TAIL on rank r (valid for ``want``'s server, or all if ``want < 0``).
+    Returns ``(ops, rank_start, nops, pieces, npieces, bufbytes)``. ``ops`` rows are
+    ``step, kind, group, peer, src_buf, src_off, dst_buf, dst_off, nbytes`` sorted by
+    rank, then step, then posting order; rank r's rows are ``rank_start[r] :
+    rank_start[r + 1]`` (all of them for ``want``); ``pieces`` rows ``phase, stage, src, dst, origin, final,
+    nbytes`` (only with ``with_pieces``, which needs ``want < 0``); ``bufbytes[r]`` =
+    bytes of BALANCE, STAGE0, STAGE1, TAIL on rank r (valid for ``want`` only when it is
+    set). If ``nops > ops_cap`` or ``npieces > pieces_cap`` the tables were too small
+    (they hold the first rows): call again with those sizes.
+
     With ``want >= 0`` only the pools that rank ``want`` sends from or whose bytes reach
     its server are walked: O(K (S + G) + P S) instead of O(K P).
+
+    The helpers are closures on purpose: a call to another jitted function that takes
+    arrays costs reference counting on every array argument (~100 ns a call here).
     """
     P = D.shape[0]
     S = P // G
     K = perms.shape[0]
     sw = want // G if want >= 0 else -1
+    aw = want - sw * G
     # start[u, t]: where u's bytes for server t begin in u's send buffer
     start = np.zeros((P, S), np.int64)
-    # rdisp[o, f]: where o's bytes begin in f's receive buffer (only column want if set)
-    rdisp = np.zeros((P, P), np.int64) if want < 0 else np.zeros((P, 1), np.int64)
+    # rdisp[o, f]: where o's bytes begin in f's receive buffer (only column ``want`` if set)
+    rdisp = np.zeros((P, P if want < 0 else 1), np.int64)
     if want >= 0:
         acc = 0
         for t in range(S):
@@ -788,15 +470,15 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
         for o in range(1, P):
             for f in range(P):
                 rdisp[o, f] = rdisp[o - 1, f] + D[o - 1, f]
-    ops = np.empty((max(64, 4 * P if want < 0 else 4 * (K + S)), NCOL), np.int64)
-    nops = 0
-    pcs = np.empty((max(64, 8 * P) if with_pieces else 1, 7), np.int64)
-    npcs = 0
+    ops = np.empty((max(ops_cap, 1), NCOL), np.int64)
+    cnt = np.zeros(2, np.int64)  # ops, pieces emitted (possibly past the capacity)
+    pcs = np.empty((max(pieces_cap, 1) if with_pieces else 1, 7), np.int64)
     bufbytes = np.zeros((P, 4), np.int64)
     nm = moves.shape[0]
     scratch = np.empty((G * G + G + 2, 4), np.int64)
 
-    # pools: own kept prefix, then the received balance ranges (CSR by (gpu, server))
+    # pools: own kept prefix, then the received balance ranges (CSR by (gpu, server)); with
+    # ``want``, only the pools its plan reads: its own and those bound for its server
     keep = np.zeros((P, S), np.int64)
     plen = np.zeros((P, S), np.int64)
     for u in range(P):
@@ -805,7 +487,6 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             if t != s:
                 keep[u, t] = min(region[u, t], c[s, t])
                 plen[u, t] = keep[u, t]
-    # (with ``want``, only the pools its plan reads: its own and those bound for its server)
     ptr = np.zeros(P * S + 1, np.int64)
     for m in range(nm):
         if sw >= 0 and moves[m, 0] != sw and moves[m, 1] != sw:
@@ -833,8 +514,189 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 acc += _units(D[u, v], unit, shift)
             wpre[u] = acc
             wlen[u] = _units(D[u, want], unit, shift)
-    # balance (step 0): receivers lay their ranges out by server, then arrival order
     bal_off = np.zeros(max(nm, 1), np.int64)
+    used = np.zeros(P, np.int64)
+
+    def op(rank, step, kind, group, peer, sbuf, soff, dbuf, doff, nbytes):
+        if want >= 0 and rank != want:
+            return
+        n = cnt[0]
+        cnt[0] = n + 1
+        if n < ops.shape[0]:
+            ops[n, 0] = rank
+            ops[n, 1] = step
+            ops[n, 2] = kind
+            ops[n, 3] = group
+            ops[n, 4] = peer
+            ops[n, 5] = sbuf
+            ops[n, 6] = soff
+            ops[n, 7] = dbuf
+            ops[n, 8] = doff
+            ops[n, 9] = nbytes
+
+    def piece(phase, stage, src, dst, origin, final, nbytes):
+        n = cnt[1]
+        cnt[1] = n + 1
+        if n < pcs.shape[0]:
+            pcs[n, 0] = phase
+            pcs[n, 1] = stage
+            pcs[n, 2] = src
+            pcs[n, 3] = dst
+            pcs[n, 4] = origin
+            pcs[n, 5] = final
+            pcs[n, 6] = nbytes
+
+    def rdsp(o, f):
+        return rdisp[o, f] if want < 0 else rdisp[o, 0]
+
+    def rel(u, t, x):
+        """Byte offset of unit ``x`` of u's region for server t, from the region start."""
+        acc = 0
+        off = 0
+        for v in range(t * G, t * G + G):
+            d = D[u, v]
+            n = _units(d, unit, shift)
+            if x <= acc + n:
+                return off + min((x - acc) * unit, d)
+            acc += n
+            off += d
+        return off
+
+    def split(u, t, x0, x1, k):
+        """Append to ``scratch`` the pair pieces of region units ``[x0, x1)``: rows
+        ``(origin, final, byte offset in the pair, bytes)``; returns the new count."""
+        acc = 0
+        for v in range(t * G, t * G + G):
+            d = D[u, v]
+            n = _units(d, unit, shift)
+            lo = max(x0, acc)
+            hi = min(x1, acc + n)
+            if lo < hi:
+                scratch[k, 0] = u
+                scratch[k, 1] = v
+                scratch[k, 2] = (lo - acc) * unit
+                scratch[k, 3] = min((hi - acc) * unit, d) - (lo - acc) * unit
+                k += 1
+            acc += n
+        return k
+
+    def take(g, t, lo, hi, j):
+        """Rail step ``j`` (``j == K``: the tail) for pool units ``[lo, hi)`` of GPU g for
+        server t: at most two messages (own prefix from the send buffer, then the
+        balance buffer), their receives, and the redistribution at step ``j + 2``."""
+        s = g // G
+        a = g - s * G
+        h = t * G + a
+        step = j + 1
+        is_tail = j == K
+        sbuf = BUF_TAIL if is_tail else (BUF_STAGE0 if j % 2 == 0 else BUF_STAGE1)
+        phase = PHASE_TAIL if is_tail else PHASE_STAGE
+        stage_id = -1 if is_tail else j
+        base_ptr = ptr[g * S + t]
+        nranges = 1 + ptr[g * S + t + 1] - base_ptr
+        # the sender's offsets matter only to the sender, the pieces to the receiving side
+        sender = want < 0 or want == g
+        pieces = with_pieces or want < 0 or want == h
+        for seg in range(2):
+            k = 0
+            seg_off = -1
+            seg_bytes = 0
+            pos = 0
+            for r in range(nranges):
+                m = -1
+                if r == 0:
+                    rlen = keep[g, t]
+                    owner = g
+                    x0 = 0
+                else:
+                    m = idx[base_ptr + r - 1]
+                    rlen = moves[m, 5]
+                    owner = s * G + moves[m, 2]
+                    x0 = moves[m, 4]
+                a0 = max(lo, pos)
+                a1 = min(hi, pos + rlen)
+                pos += rlen
+                if a0 >= a1 or (r == 0) != (seg == 0):
+                    continue
+                xa = x0 + a0 - (pos - rlen)
+                xb = x0 + a1 - (pos - rlen)
+                ba = rel(owner, t, xa)
+                bb = rel(owner, t, xb)
+                if seg_off < 0 and sender:
+                    if r == 0:
+                        seg_off = start[g, t] + ba
+                    else:
+                        seg_off = bal_off[m] + ba - rel(owner, t, x0)
+                seg_bytes += bb - ba
+                if pieces:
+                    k = split(owner, t, xa, xb, k)
+            if seg_bytes == 0:
+                continue
+            op(g, step, KIND_SEND, GROUP_RAIL, t, BUF_SEND if seg == 0 else BUF_BALANCE,
+               seg_off, -1, 0, seg_bytes)  # fmt: skip
+            if not pieces:
+                continue
+            if with_pieces:
+                for i in range(k):
+                    piece(phase, stage_id, g, h, scratch[i, 0], scratch[i, 1], scratch[i, 3])
+            if k == 1 and scratch[0, 1] == h:
+                # one piece for the receiver itself: straight into its receive buffer
+                op(h, step, KIND_RECV, GROUP_RAIL, s, -1, 0, BUF_RECV,
+                   rdsp(scratch[0, 0], h) + scratch[0, 2], seg_bytes)  # fmt: skip
+                continue
+            base = bufbytes[h, 3] if is_tail else used[h]
+            op(h, step, KIND_RECV, GROUP_RAIL, s, -1, 0, sbuf, base, seg_bytes)
+            off = base
+            for i in range(k):
+                o = scratch[i, 0]
+                f = scratch[i, 1]
+                nb = scratch[i, 3]
+                if f == h:
+                    op(h, step + 1, KIND_COPY, GROUP_LOCAL, -1, sbuf, off, BUF_RECV,
+                       rdsp(o, h) + scratch[i, 2], nb)  # fmt: skip
+                else:
+                    op(h, step + 1, KIND_SEND, GROUP_NODE, f - t * G, sbuf, off, -1, 0, nb)
+                    op(f, step + 1, KIND_RECV, GROUP_NODE, a, -1, 0, BUF_RECV,
+                       rdsp(o, f) + scratch[i, 2], nb)  # fmt: skip
+                if with_pieces:
+                    piece(PHASE_REDISTRIBUTE, stage_id, h, f, o, f, nb)
+                off += nb
+            if is_tail:
+                bufbytes[h, 3] += seg_bytes
+            else:
+                used[h] += seg_bytes
+
+    def forwarded(g, t, lo, hi, step):
+        """``want``'s receives for what its node peer h (g's rail partner in want's
+        server t) gets from pool units ``[lo, hi)`` of g and forwards to it - the same
+        pieces, in the same order, as :func:`take` emits for h."""
+        s = g // G
+        base_ptr = ptr[g * S + t]
+        nranges = 1 + ptr[g * S + t + 1] - base_ptr
+        pos = 0
+        for r in range(nranges):
+            if r == 0:
+                rlen = keep[g, t]
+                owner = g
+                x0 = 0
+            else:
+                m = idx[base_ptr + r - 1]
+                rlen = moves[m, 5]
+                owner = s * G + moves[m, 2]
+                x0 = moves[m, 4]
+            a0 = max(lo, pos)
+            a1 = min(hi, pos + rlen)
+            if a0 < a1:
+                q0 = max(x0 + a0 - pos, wpre[owner])
+                q1 = min(x0 + a1 - pos, wpre[owner] + wlen[owner])
+                if q0 < q1:
+                    b0 = (q0 - wpre[owner]) * unit
+                    b1 = min((q1 - wpre[owner]) * unit, D[owner, want])
+                    op(want, step, KIND_RECV, GROUP_NODE, g % G, -1, 0, BUF_RECV,
+                       rdisp[owner, 0] + b0, b1 - b0)  # fmt: skip
+            pos += rlen
+
+    # balance (step 0): receivers lay their ranges out by server, then arrival order
     for s in range(S):
         if sw >= 0 and s != sw:
             continue
@@ -844,123 +706,42 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 for q in range(ptr[g * S + t], ptr[g * S + t + 1]):
                     m = idx[q]
                     donor = s * G + moves[m, 2]
-                    b0 = _rel(D, G, unit, shift, donor, t, moves[m, 4])
-                    b1 = _rel(D, G, unit, shift, donor, t, moves[m, 4] + moves[m, 5])
+                    b0 = rel(donor, t, moves[m, 4])
+                    b1 = rel(donor, t, moves[m, 4] + moves[m, 5])
                     bal_off[m] = off
                     off += b1 - b0
                     if want < 0 or want == donor or want == g:
-                        ops, nops = _op(
-                            ops,
-                            nops,
-                            want,
-                            donor,
-                            0,
-                            KIND_SEND,
-                            GROUP_NODE,
-                            g - s * G,
-                            BUF_SEND,
-                            start[donor, t] + b0,
-                            -1,
-                            0,
-                            b1 - b0,
-                        )
-                        ops, nops = _op(
-                            ops,
-                            nops,
-                            want,
-                            g,
-                            0,
-                            KIND_RECV,
-                            GROUP_NODE,
-                            moves[m, 2],
-                            -1,
-                            0,
-                            BUF_BALANCE,
-                            bal_off[m],
-                            b1 - b0,
-                        )
+                        op(donor, 0, KIND_SEND, GROUP_NODE, g - s * G, BUF_SEND,
+                           start[donor, t] + b0, -1, 0, b1 - b0)  # fmt: skip
+                        op(g, 0, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
+                           bal_off[m], b1 - b0)  # fmt: skip
                     if with_pieces:
-                        k = _split(
-                            D,
-                            G,
-                            unit,
-                            shift,
-                            donor,
-                            t,
-                            moves[m, 4],
-                            moves[m, 4] + moves[m, 5],
-                            scratch,
-                            0,
-                        )
+                        k = split(donor, t, moves[m, 4], moves[m, 4] + moves[m, 5], 0)
                         for i in range(k):
-                            pcs, npcs = _piece(
-                                pcs,
-                                npcs,
-                                True,
-                                PHASE_BALANCE,
-                                -1,
-                                donor,
-                                g,
-                                donor,
-                                scratch[i, 1],
-                                scratch[i, 3],
-                            )
+                            piece(PHASE_BALANCE, -1, donor, g, donor, scratch[i, 1],
+                                  scratch[i, 3])  # fmt: skip
             bufbytes[g, 0] = off
     # intra-server traffic, direct over scale-up (step 1, overlapping the first stage)
     for u in range(P):
         s = u // G
         if sw >= 0 and s != sw:
             continue
+        sd = start[u, s]
         for v in range(s * G, s * G + G):
             d = D[u, v]
-            if d == 0 or (want >= 0 and want != u and want != v):
-                continue
-            sd = start[u, s]
-            for vv in range(s * G, v):
-                sd += D[u, vv]
-            if u == v:
-                ops, nops = _op(
-                    ops,
-                    nops,
-                    want,
-                    u,
-                    1,
-                    KIND_COPY,
-                    GROUP_LOCAL,
-                    -1,
-                    BUF_SEND,
-                    sd,
-                    BUF_RECV,
-                    rdisp[u, v if want < 0 else 0],
-                    d,
-                )
-            else:
-                ops, nops = _op(
-                    ops, nops, want, u, 1, KIND_SEND, GROUP_NODE, v - s * G, BUF_SEND, sd, -1, 0, d
-                )
-                ops, nops = _op(
-                    ops,
-                    nops,
-                    want,
-                    v,
-                    1,
-                    KIND_RECV,
-                    GROUP_NODE,
-                    u - s * G,
-                    -1,
-                    0,
-                    BUF_RECV,
-                    rdisp[u, v if want < 0 else 0],
-                    d,
-                )
-            pcs, npcs = _piece(pcs, npcs, with_pieces, PHASE_INTRA, -1, u, v, u, v, d)
+            if d > 0 and (want < 0 or want == u or want == v):
+                if u == v:
+                    op(u, 1, KIND_COPY, GROUP_LOCAL, -1, BUF_SEND, sd, BUF_RECV, rdsp(u, v), d)
+                else:
+                    op(u, 1, KIND_SEND, GROUP_NODE, v - s * G, BUF_SEND, sd, -1, 0, d)
+                    op(v, 1, KIND_RECV, GROUP_NODE, u - s * G, -1, 0, BUF_RECV, rdsp(u, v), d)
+                if with_pieces:
+                    piece(PHASE_INTRA, -1, u, v, u, v, d)
+            sd += d
 
-    # stages: rail step j at step j + 1, its redistribution at step j + 2; then the tail.
-    # Takes are listed first and emitted in a second loop (a loop that calls _take is
-    # much slower per iteration, so it only runs over real work).
+    # stages: rail step j at step j + 1, its redistribution at step j + 2; then the tail
+    # (listed first, then emitted: a loop that emits is slower per iteration)
     pos = np.zeros((P, S), np.int64)
-    used = np.zeros(P, np.int64)
-    aw = want - sw * G
     todo = np.empty((P * S + 1, 4), np.int64)
     for j in range(K + 1):
         ntodo = 0
@@ -997,62 +778,34 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
         for i in range(ntodo):
             g = todo[i, 0]
             t = todo[i, 1]
-            h = t * G + g % G
-            if want >= 0 and h != want and g != want:
-                # a pool bound for want's server, landing on a peer: only the pieces the
-                # peer forwards to want matter (same order as the peer's sends)
-                ops, nops = _forwarded(
-                    D,
-                    G,
-                    unit,
-                    g,
-                    t,
-                    todo[i, 2],
-                    todo[i, 3],
-                    j + 2,
-                    want,
-                    keep,
-                    ptr,
-                    idx,
-                    moves,
-                    wpre,
-                    wlen,
-                    rdisp,
-                    ops,
-                    nops,
-                )
-                continue
-            ops, nops, pcs, npcs = _take(
-                D,
-                G,
-                unit,
-                shift,
-                todo[i, 0],
-                todo[i, 1],
-                todo[i, 2],
-                todo[i, 3],
-                j,
-                K,
-                want,
-                with_pieces,
-                keep,
-                ptr,
-                idx,
-                moves,
-                bal_off,
-                start,
-                rdisp,
-                used,
-                bufbytes,
-                scratch,
-                ops,
-                nops,
-                pcs,
-                npcs,
-            )
+            if want >= 0 and g != want and t * G + g % G != want:
+                # bound for want's server, landing on a peer: only what it forwards to want
+                forwarded(g, t, todo[i, 2], todo[i, 3], j + 2)
+            else:
+                take(g, t, todo[i, 2], todo[i, 3], j)
         if j < K:
             col = 1 + j % 2
             for h in range(P):
                 if used[h] > bufbytes[h, col]:
                     bufbytes[h, col] = used[h]
-    return ops[:nops], pcs[:npcs], bufbytes
+    nops = cnt[0]
+    npcs = cnt[1]
+    # stable counting sort by (rank, step): each rank's ops in step order, posting order kept
+    nkeys = (P if want < 0 else 1) * (K + 3)
+    first = np.zeros(nkeys + 1, np.int64)
+    n = min(nops, ops.shape[0])
+    for i in range(n):
+        first[(ops[i, 0] if want < 0 else 0) * (K + 3) + ops[i, 1] + 1] += 1
+    for i in range(nkeys):
+        first[i + 1] += first[i]
+    rank_start = np.empty(P + 1, np.int64)
+    for r in range(P + 1):
+        rank_start[r] = first[min(r * (K + 3), nkeys)] if want < 0 else (0 if r <= want else n)
+    rows = np.empty((n, NCOL - 1), np.int64)
+    for i in range(n):
+        key = (ops[i, 0] if want < 0 else 0) * (K + 3) + ops[i, 1]
+        q = first[key]
+        first[key] = q + 1
+        for col in range(NCOL - 1):
+            rows[q, col] = ops[i, col + 1]
+    return rows, rank_start, nops, pcs[: min(npcs, pcs.shape[0])], npcs, bufbytes

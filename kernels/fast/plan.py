@@ -93,5 +93,6 @@ class RankPlan:
 
 def ops_view(rows: np.ndarray) -> np.ndarray:
     """View an (n, 9) int64 block (the ``OP_FIELDS`` columns) as structured ops."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if rows.dtype != np.int64 or not rows.flags.c_contiguous:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
     return rows.view(OP_DTYPE).reshape(-1)

@@ -68,10 +68,11 @@ def warmup() -> float:
     from kernels.fast import _core
 
     d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
+    _core.minmax(d)
     out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0)
     region, c, line, lb, moves, perms, weights, computed, tail = out
-    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True)
-    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False)
+    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, 64, 64)
+    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, 64, 1)
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
 
@@ -209,24 +210,23 @@ class Schedule:
 
     # ------------------------------------------------------------------ plans
     def _build(self, want: int, with_pieces: bool) -> tuple:
+        """``(ops, rank_start, pieces, bufbytes)`` from the core; the tables are sized by
+        a guess and, in the rare case it is short, built again at the size it counted."""
         from kernels.fast import _core
 
-        return _core.build(
-            self.traffic,
-            self.gpus_per_node,
-            self.unit,
-            _shift(self.unit),
-            self._region,
-            self._caps,
-            self._moves,
-            self.perms,
-            self._units,
-            self._tail,
-            int(want),
-            bool(with_pieces),
-        )
+        g = self.gpus_per_node
+        cap_ops = _ops_guess(self.nstages, self.servers, g) * (1 if want >= 0 else self.nranks)
+        cap_pcs = 4 * cap_ops if with_pieces else 1
+        while True:
+            ops, first, nops, pcs, npcs, bufbytes = _core.build(
+                self.traffic, g, self.unit, _shift(self.unit), self._region, self._caps,
+                self._moves, self.perms, self._units, self._tail, int(want), bool(with_pieces),
+                cap_ops, cap_pcs)  # fmt: skip
+            if nops <= cap_ops and npcs <= cap_pcs:
+                return ops, first, pcs, bufbytes
+            cap_ops, cap_pcs = max(cap_ops, nops), max(cap_pcs, npcs)
 
-    @property
+    @functools.cached_property
     def nsteps(self) -> int:
         """Steps of every rank's plan: balance, rail steps (stages + tail), last drain."""
         return self.nstages + (1 if self._tail.any() else 0) + 2
@@ -237,29 +237,26 @@ class Schedule:
         if not 0 <= rank < self.nranks:
             raise ValueError(f"rank {rank} is outside 0..{self.nranks - 1}")
         if rank not in self._plans:
-            ops, _, bufbytes = self._build(rank, False)
-            order = np.argsort(ops[:, 1], kind="stable")
-            self._plans[rank] = self._rank_plan(rank, ops[order, 1:], bufbytes[rank])
+            ops, _, _, bufbytes = self._build(rank, False)
+            self._plans[rank] = self._rank_plan(rank, ops, bufbytes[rank])
         return self._plans[rank]
 
     def plans(self) -> list[_plan.RankPlan]:
         """Every rank's plan, from one walk of the schedule."""
-        ops, _, bufbytes = self._build(-1, False)
-        order = np.lexsort((ops[:, 1], ops[:, 0]))
-        ops = ops[order]
-        bounds = np.searchsorted(ops[:, 0], np.arange(self.nranks + 1))
+        ops, first, _, bufbytes = self._build(-1, False)
         for r in range(self.nranks):
             if r not in self._plans:
-                self._plans[r] = self._rank_plan(r, ops[bounds[r] : bounds[r + 1], 1:], bufbytes[r])
+                self._plans[r] = self._rank_plan(r, ops[first[r] : first[r + 1]], bufbytes[r])
         return [self._plans[r] for r in range(self.nranks)]
 
     def _rank_plan(self, rank: int, rows: np.ndarray, bufbytes: np.ndarray) -> _plan.RankPlan:
-        sizes = {buf: int(bufbytes[i]) for i, buf in enumerate(_plan.SCRATCH_BUFFERS)}
+        b = bufbytes.tolist()
+        sizes = {_plan.BALANCE: b[0], _plan.STAGE0: b[1], _plan.STAGE1: b[2], _plan.TAIL: b[3]}
         return _plan.RankPlan(rank, _plan.ops_view(rows), self.nsteps, sizes)
 
     def extra_memory(self) -> dict:
         """Scratch bytes per rank and as a fraction of the send + receive buffers."""
-        _, _, bufbytes = self._build(-1, False)
+        _, _, _, bufbytes = self._build(-1, False)
         extra = bufbytes.sum(axis=1)
         moved = self.traffic.sum(axis=1) + self.traffic.sum(axis=0)
         total = int(moved.sum())
@@ -281,7 +278,7 @@ class Schedule:
         local copies)."""
         import pandas as pd
 
-        _, pieces, _ = self._build(-1, True)
+        _, _, pieces, _ = self._build(-1, True)
         frame = pd.DataFrame(
             pieces, columns=["phase", "stage", "src", "dst", "origin", "final", "nbytes"]
         )
@@ -383,18 +380,27 @@ def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
         i, j = np.unravel_index(int(d.argmax()), d.shape)
         raise ValueError(f"traffic[{i}][{j}] = {d[i, j]} is too large (limit 2**62 bytes)")
     d = np.ascontiguousarray(d, dtype=np.int64)
-    if d.size and int(d.min()) < 0:
+    warmup()
+    from kernels.fast import _core
+
+    lo, hi = _core.minmax(d)
+    if lo < 0:
         i, j = np.unravel_index(int(d.argmin()), d.shape)
         raise ValueError(f"traffic[{i}][{j}] is negative ({d[i, j]})")
     p = d.shape[0]
     if p % gpus_per_node:
         raise ValueError(f"traffic has {p} ranks, not a multiple of gpus_per_node={gpus_per_node}")
-    if d.size and int(d.max()) >= _MAX_ENTRY // p:
+    if hi >= _MAX_ENTRY // p:
         i, j = np.unravel_index(int(d.argmax()), d.shape)
         raise ValueError(
             f"traffic[{i}][{j}] = {d[i, j]} is too large: row sums must stay below 2**62 bytes"
         )
     return d
+
+
+def _ops_guess(stages: int, servers: int, gpus_per_node: int) -> int:
+    """A rank's op count is rarely above this (the core says when it is)."""
+    return 8 * (stages + servers + 1) * (gpus_per_node + 1) + 4 * servers * gpus_per_node + 64
 
 
 def _shift(unit: int) -> int:
