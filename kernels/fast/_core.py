@@ -113,17 +113,17 @@ def decompose(A, line_sum, mode, max_stages):
         largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when
         a free column is reachable at the cap early). Returns that smallest edge, 0 if
         no augmenting path exists. ``best[c] < 0`` marks a settled column."""
-        for c in range(n):
-            a = A[root, c]
-            best[c] = a if a < theta else theta
-            parent[c] = root
+        top = 0
+        c = -1
+        for j in range(n):
+            a = A[root, j]
+            v = a if a < theta else theta
+            best[j] = v
+            parent[j] = root
+            if v > top:
+                top = v
+                c = j
         while True:
-            c = -1
-            top = 0
-            for j in range(n):
-                if best[j] > top:
-                    top = best[j]
-                    c = j
             if c < 0:
                 return 0
             best[c] = -1
@@ -131,18 +131,26 @@ def decompose(A, line_sum, mode, max_stages):
             if r < 0:
                 flip(c, root)
                 return top
+            # relax from r and find the next column to settle in the same pass
+            cur = top
+            top = 0
+            c = -1
             for j in range(n):
                 bj = best[j]
                 if bj >= 0:
                     a = A[r, j]
-                    v = a if a < top else top
+                    v = a if a < cur else cur
                     if v > bj:
                         best[j] = v
                         parent[j] = r
-                        if v == top and match_col[j] < 0:
-                            # nothing on the frontier beats ``top``: take this column now
+                        bj = v
+                        if v == cur and match_col[j] < 0:
+                            # nothing on the frontier beats ``cur``: take this column now
                             flip(j, root)
-                            return top
+                            return cur
+                    if bj > top:
+                        top = bj
+                        c = j
 
     cap = max_stages if max_stages < n * n + 1 else n * n + 1
     perms = np.empty((max(cap, 1), n), np.int32)
