@@ -320,3 +320,18 @@ def test_cli_schedule(capsys):
     assert main(["schedule", "-s", "3", "-g", "2", "--strategy", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown strategy" in err[0]
+
+
+def test_small_op_tables_are_rebuilt_at_the_counted_size(monkeypatch):
+    from kernels.fast import scheduler
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 16, 1 << 12, seed=4)
+    want = fast.schedule(d, 4)
+    plans = [pl.ops.copy() for pl in want.plans()]
+    rows = want.transfers()
+    monkeypatch.setattr(scheduler, "_ops_guess", lambda *args: 1)
+    small = fast.schedule(d, 4)
+    assert all(np.array_equal(small.plan(r).ops, plans[r]) for r in range(16))
+    assert small.transfers().equals(rows)
+    simulate.check(small)
