@@ -101,7 +101,7 @@ def plans_ok(sched) -> None:
     simulate.check(sched, seed=1)
 
 
-@settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_schedule_properties(case):
     d, g, opts = case
@@ -126,7 +126,7 @@ def _bottleneck(a: np.ndarray) -> int:
     return best
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.integers(2, 5), st.integers(0, 2**16))
 def test_bottleneck_stages_are_bottleneck_matchings(s, seed):
     rng = np.random.default_rng(seed)
