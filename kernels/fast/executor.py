@@ -193,11 +193,16 @@ class PlanExecutor:
         node_base, local = topo.node * g, topo.local
         split = self.groups == "split"
         steps = []
-        for _, ops in plan.steps():
-            sends = {P.NODE: [], P.RAIL: []}
-            recvs = {P.NODE: [], P.RAIL: []}
+        rows = plan.ops.tolist()  # one conversion: this runs on every call of fast+sched
+        i = 0
+        while i < len(rows):
+            step = rows[i][0]
+            sends: tuple[list, list] = ([], [])  # indexed by P.NODE (0), P.RAIL (1)
+            recvs: tuple[list, list] = ([], [])
             copies = []
-            for _step, kind, group, peer, sb, so, db, do, n in ops.tolist():
+            while i < len(rows) and rows[i][0] == step:
+                _, kind, group, peer, sb, so, db, do, n = rows[i]
+                i += 1
                 if kind == P.COPY:
                     copies.append((bufs[db][do : do + n], bufs[sb][so : so + n]))
                     continue
@@ -212,8 +217,8 @@ class PlanExecutor:
                               for name, grp in (("node", P.NODE), ("rail", P.RAIL))
                               if sends[grp] or recvs[grp])  # fmt: skip
             else:
-                s, r = sends[P.NODE] + sends[P.RAIL], recvs[P.NODE] + recvs[P.RAIL]
-                posts = (("world", s, r),) if s or r else ()
+                snd, rcv = sends[P.NODE] + sends[P.RAIL], recvs[P.NODE] + recvs[P.RAIL]
+                posts = (("world", snd, rcv),) if snd or rcv else ()
             steps.append((posts, tuple(copies)))
         self._steps = steps
 
