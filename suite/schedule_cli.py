@@ -100,6 +100,13 @@ def _optional(text: str | None, name: str, allow_auto: bool = True):
         raise UsageError(f"{name} must be a number, 'auto' or 'none' (got {text!r})") from None
 
 
+def _seed(spec: str, seed: int | None) -> int:
+    from suite.workloads import DEFAULT_SEED, parse_workload
+
+    w = parse_workload(spec)
+    return w.seed if w.seed is not None else seed if seed is not None else DEFAULT_SEED
+
+
 def run_schedule(args: argparse.Namespace) -> int:
     import kernels.fast as fast
     from suite.workloads import generate
@@ -139,7 +146,7 @@ def run_schedule(args: argparse.Namespace) -> int:
             "workload",
             f"{args.workload} on {args.servers} x {args.gpus_per_node} GPUs, "
             f"{int(d.sum()) // p} B sent per GPU on average "
-            f"(seed {args.seed if args.seed is not None else 0})",
+            f"(seed {_seed(args.workload, args.seed)})",
         ),  # fmt: skip
         (
             "strategy",
