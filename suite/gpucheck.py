@@ -131,7 +131,17 @@ def check_nvshmem() -> dict:
     return check_nvshmem_one_pe()
 
 
-CHECKS = [check_cupy_events, check_transport, check_nvrar_kernels, check_nvshmem, check_driver]
+def check_fast_executor() -> dict:
+    """FAST's executor on one GPU: a plan's NCCL/RCCL send/recv groups (world, node and
+    rail communicators, to self) and device copies; fast, fast+sched, balance-only and
+    spreadout through the GPU transport, byte-exact, with event-timed calls."""
+    from kernels.fast.device_check import check_executor_on_one_gpu
+
+    return check_executor_on_one_gpu(_backend())
+
+
+CHECKS = [check_cupy_events, check_transport, check_nvrar_kernels, check_nvshmem,
+          check_fast_executor, check_driver]  # fmt: skip
 
 
 def main() -> int:

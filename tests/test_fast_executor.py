@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kernels.cases import AlltoallvCase
 from kernels.fast import plan as P
 from kernels.fast import schedule
+from kernels.fast.device_check import self_plan
 from kernels.fast.executor import (
     PlanExecutor,
     agree,
@@ -248,3 +249,23 @@ def test_load_refuses_on_every_rank_before_anything_is_posted():
     for msg, posted, nsteps in run_ranks(8, 2, rank):
         assert msg and "rank 0 refuses the plan: the schedule was computed for another" in msg
         assert posted == 0 and nsteps == 0
+
+
+@pytest.mark.parametrize("groups", ["world", "split"])
+def test_gpu_check_plan_runs_on_one_rank(groups):
+    """The plan ``make gpu-check`` runs on one GPU: to self over rail then node, plus a copy."""
+    n = 1000
+    plan = self_plan(n, 333)
+    assert plan_problem(plan, 1, 1, n, n) is None
+    send = np.arange(n, dtype=np.int64).astype(np.uint8)
+
+    def rank(t):
+        recv = np.zeros(n, np.uint8)
+        ex = PlanExecutor(t, groups)
+        ex.bind(plan, send, recv)
+        ex.run()
+        return recv, ex.nsteps, t.posted
+
+    recv, nsteps, posted = run_ranks(1, 1, rank)[0]
+    np.testing.assert_array_equal(recv, send)
+    assert nsteps == 2 and posted == 4
