@@ -1,0 +1,53 @@
+"""``commbench run alltoallv`` with FAST under mpiexec: the issue's 'done when' sweep
+(zipf:0.9, 64K..4M, 8 ranks as 2 x 4) with nwrong 0 at every size, and the FAST fields
+each record carries (synthesis time, stages, lower bound, scratch memory)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kernels.fast import warmup
+from tests.mpirun import run_mpi
+
+
+@pytest.fixture(scope="module", autouse=True)
+def numba_cache():
+    warmup()  # compile or load the numba core once here, not in 8 ranks at a time
+
+
+def sweep(tmp_path, impl: str, *extra: str) -> pd.DataFrame:
+    out = tmp_path / f"{impl}.jsonl"
+    proc = run_mpi(8, ["-m", "suite", "run", "alltoallv", "--impl", impl, "--gpus-per-node", "4",
+                       "--workload", "zipf:0.9", "-b", "64K", "-e", "4M", "-c", "1", "-n", "2",
+                       "-w", "1", "--out", str(out), *extra], timeout=200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return pd.read_json(out, lines=True)
+
+
+def test_fast_done_when_sweep_is_exact_and_reports_the_schedule(tmp_path):
+    df = sweep(tmp_path, "fast")
+    assert list(df.size_bytes) == [64 << 10 << k for k in range(7)]
+    assert (df.nwrong == 0).all()
+    info = pd.DataFrame(list(df["info"]))
+    assert (info.stages >= 1).all() and (info.synthesis_us > 0).all()
+    assert (info.scheduled_bytes >= info.lower_bound_bytes).all()
+    assert info.extra_mem_fraction.between(0.05, 1.0).all()
+    assert (info.steps == 3).all()  # balance; intra + the one stage; redistribution
+    assert all(len(r) == 8 for r in df.rank_finish_us)
+
+
+def test_fast_sched_reschedules_every_timed_call(tmp_path):
+    df = sweep(tmp_path, "fast+sched", "--param", "groups=split", "-e", "256K")
+    assert (df.nwrong == 0).all() and len(df) == 3
+    info = pd.DataFrame(list(df["info"]))
+    # setup, then warm-up (1) + timed (2) + finish (1) + checked (1) calls
+    assert (info.calls == 5).all() and (info.per_call_schedule_us > 0).all()
+    assert (info.groups == "split").all()
+
+
+def test_bad_param_is_one_line_on_every_rank(tmp_path):
+    proc = run_mpi(2, ["-m", "suite", "run", "alltoallv", "--impl", "fast", "--param",
+                       "strategy=greedy", "-b", "1K", "-e", "1K"], timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    assert "error: ValueError: unknown strategy 'greedy'" in proc.stderr
