@@ -97,6 +97,8 @@ def test_options_reach_the_scheduler():
     assert info["groups"] == "split"
     _, exact = run_impl("fast", d, 1, {"max_stages": "none"})[0]
     assert exact["tail_bytes"] == 0 and exact["stages"] > 1
+    _, cut = run_impl("fast", d, 4, {"max_stage_bytes": 256, "balance": "prologue"})[0]
+    assert cut["stages"] > 1 and cut["balance"] == "prologue"
 
 
 def test_schedule_options_parsing():

@@ -52,6 +52,8 @@ OPTIONS = st.sampled_from([
     {"strategy": "threshold", "quantum": "auto"},
     {"max_stages": 0},
     {"max_stages": 1},
+    {"balance": "prologue"},
+    {"max_stage_bytes": 512},
 ])  # fmt: skip
 
 

@@ -32,8 +32,8 @@ def test_byte_exact_with_mpi_alltoallv_for_every_node_size_and_workload(report):
     names = set(parity["matrices"])
     assert {"uniform", "random/9973", "zipf:0.9", "hotspot", "perm-sum", "moe:16,2", "file",
             "all-zero", "hot-pair", "primes"} <= names  # fmt: skip
-    # 4 node sizes x every matrix x (4 implementations, + 4 FAST options at G = 2 and 4)
-    assert parity["cases"] == len(names) * (4 * 4 + 2 * 4)
+    # 4 node sizes x every matrix x (4 implementations, + 6 FAST options at G = 2 and 4)
+    assert parity["cases"] == len(names) * (4 * 4 + 2 * 6)
 
 
 def test_mismatched_plans_are_refused_on_every_rank_before_sending(report):

@@ -15,8 +15,9 @@ scratch buffers, and :meth:`PlanExecutor.run` then only posts and waits:
 
 By default (``groups="world"``) node and rail peers are translated to world ranks so a
 step is one group on one communicator; ``groups="split"`` posts node ops on the node
-communicator and rail ops on the rail communicator (one group each). Both match the same
-messages: two ranks that share a node and a rail are the same rank.
+communicator and rail ops on the rail communicator (one group each; with NCCL the two
+groups run one after the other on the stream, which is why it is not the default). Both
+match the same messages: two ranks that share a node and a rail are the same rank.
 
 Before anything is sent, :func:`load` checks the schedule against the case (same traffic
 matrix, same node size, a plan that reads the whole send buffer once and writes the

@@ -10,15 +10,16 @@
   balanced pool rail-aligned to all servers at once (the schedule with zero stages, all in
   the fan-out tail), then the redistribution. Shows what the stages buy.
 
-Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: ``strategy``,
-``quantum`` (bytes, ``auto`` or ``none``), ``max_stages`` (int, ``auto`` or ``none``),
-``stage_cost_bytes``, ``tail_penalty`` (see :mod:`kernels.fast.scheduler`); for all
-three: ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
+Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword option of
+:func:`kernels.fast.schedule` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
+``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
+``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
 communicators; see :mod:`kernels.fast.executor`).
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import numpy as np
@@ -28,7 +29,12 @@ from kernels.fast import compile_seconds, schedule, warmup
 from kernels.fast.executor import PlanExecutor, load
 from kernels.registry import register
 
-SCHEDULE_OPTIONS = ("strategy", "quantum", "max_stages", "stage_cost_bytes", "tail_penalty")
+#: The scheduler's keyword options (``unit`` comes from the case).
+SCHEDULE_OPTIONS = tuple(
+    name
+    for name, prm in inspect.signature(schedule).parameters.items()
+    if prm.kind is inspect.Parameter.KEYWORD_ONLY and name != "unit"
+)
 _NONE = ("none", "None")
 
 
@@ -41,8 +47,8 @@ def schedule_options(name: str, params: dict, allowed: tuple[str, ...]) -> tuple
     if unknown:
         known = ", ".join((*allowed, "groups"))
         raise ValueError(f"{name}: unknown --param {unknown[0]!r} (known: {known})")
-    for key in ("quantum", "max_stages"):
-        if opts.get(key) in _NONE:
+    for key, value in opts.items():
+        if value in _NONE:
             opts[key] = None
     return opts, groups
 
@@ -149,4 +155,4 @@ class BalanceOnly(_Fast):
 
     name = "balance-only"
     allowed = ()
-    fixed = {"max_stages": 0}
+    fixed = {"max_stages": 0, "balance": "prologue"}

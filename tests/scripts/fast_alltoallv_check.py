@@ -46,6 +46,8 @@ OPTIONS = [
     ("fast", {"strategy": "bvn", "max_stages": "none"}),
     ("fast", {"strategy": "threshold", "quantum": "auto"}),
     ("fast", {"max_stages": 1}),
+    ("fast", {"balance": "prologue"}),
+    ("fast", {"max_stage_bytes": 1000}),
 ]
 
 
