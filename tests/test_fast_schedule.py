@@ -12,6 +12,7 @@ from scipy.optimize import linear_sum_assignment
 import kernels.fast as fast
 from kernels.fast import plan as P
 from kernels.fast import simulate
+from kernels.fast.scheduler import BALANCE_MODES
 from suite.cli import main
 
 
@@ -28,6 +29,8 @@ def cases(draw):
         "unit": draw(st.sampled_from([1, 2, 3, 8])),
         "strategy": draw(st.sampled_from(fast.STRATEGIES)),
         "max_stages": draw(st.sampled_from([None, "auto", 0, 1, 3])),
+        "balance": draw(st.sampled_from(BALANCE_MODES)),
+        "max_stage_bytes": draw(st.sampled_from([None, None, big // 2 + 1, 3 * big])),
     }
     if draw(st.booleans()):
         opts["quantum"] = draw(st.sampled_from(["auto", 16, 100]))
@@ -86,7 +89,10 @@ def bounds_ok(sched, opts) -> None:
     if opts.get("max_stages", "auto") is None:
         assert sched.stage_bytes == sched.line_sum and sched.tail_bytes == 0
         assert sched.scheduled_bytes == sched.line_sum
-    if s > 1 and opts.get("max_stages", "auto") is None:
+    cap = sched.max_stage_bytes
+    if cap is not None:  # cut stages: each at most the cap, rounded up to the unit
+        assert (sched.weights <= -(-cap // unit) * unit).all()
+    elif s > 1 and opts.get("max_stages", "auto") is None:
         assert sched.nstages <= s * s - 2 * s + 2 or sched.quantum > 1
 
 
@@ -94,7 +100,8 @@ def plans_ok(sched) -> None:
     """Per-rank plans equal the all-ranks walk, and executing them is MPI_Alltoallv."""
     fresh = fast.schedule(sched.traffic, sched.gpus_per_node, unit=sched.unit,
                           strategy=sched.strategy, quantum=sched.quantum,
-                          max_stages=sched.max_stages)  # fmt: skip
+                          max_stages=sched.max_stages, balance=sched.balance,
+                          max_stage_bytes=sched.max_stage_bytes)  # fmt: skip
     for r, whole in enumerate(sched.plans()):
         one = fresh.plan(r)
         assert np.array_equal(one.ops, whole.ops) and one.buffer_bytes == whole.buffer_bytes
@@ -234,7 +241,7 @@ def test_tail_strategies_and_cost_cut():
     assert capped.nstages == 5 and capped.tail_bytes > 0
     assert capped.scheduled_bytes <= exact.line_sum
     simulate.check(capped)
-    counts = [fast.schedule(d, 4, max_stages=None, stage_cost_bytes=c).nstages
+    counts = [fast.schedule(d, 4, max_stages=None, stage_cost_bytes=c, max_stage_bytes=None).nstages
               for c in (0, 1e3, 1e4, 1e5, 1e12)]  # fmt: skip
     assert counts == sorted(counts, reverse=True) and counts[0] == exact.nstages
     assert counts[-1] == 0  # a huge per-stage cost: everything in the tail
@@ -245,6 +252,36 @@ def test_tail_strategies_and_cost_cut():
     assert quant.nstages < exact.nstages
     assert quant.line_sum <= exact.line_sum * 1.01 + quant.quantum
     assert exact.cost_bytes(1000.0) == exact.nstages * 1000.0 + exact.stage_bytes
+
+
+def test_stage_cap_and_pipelined_balancing():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 32, 1 << 20, seed=3)
+    whole = fast.schedule(d, 4, max_stages=None, max_stage_bytes=None)
+    cut = fast.schedule(d, 4, max_stages=None, max_stage_bytes=50_000)
+    assert cut.nstages > whole.nstages and (cut.weights <= 50_000).all()
+    assert cut.stage_bytes == whole.stage_bytes  # same permutations, same capacity
+    for k in range(whole.nstages):  # every stage's weight is carried by its parts
+        same = (cut.perms == whole.perms[k]).all(axis=1)
+        assert cut.weights[same].sum() >= whole.weights[k]
+    assert cut.extra_memory()["total_bytes"] < whole.extra_memory()["total_bytes"]
+    # "auto" cap: AUTO_STAGE_COST_MULTIPLE x the per-stage cost, none without one
+    assert fast.schedule(d, 4, stage_cost_bytes=1000).max_stage_bytes == 32_000
+    assert fast.schedule(d, 4).max_stage_bytes is None
+    pro = fast.schedule(d, 4, max_stage_bytes=50_000, balance="prologue")
+    pipe = fast.schedule(d, 4, max_stage_bytes=50_000, balance="pipelined")
+    tp, tq = pro.transfers(), pipe.transfers()
+    bal_p, bal_q = tp[tp.phase == "balance"], tq[tq.phase == "balance"]
+    assert (bal_p.step == 0).all() and bal_q.step.nunique() > 1
+    assert bal_p.nbytes.sum() == bal_q.nbytes.sum()
+    assert pro.extra_memory() == pipe.extra_memory()  # same buffers, bytes lent later
+    # a GPU lends for rail step j during step j: before the stage row that sends it
+    rail = tq[tq.phase.isin(["stage", "tail"]) & (tq.origin != tq.src)]
+    first_send = rail.groupby(["origin", "src"]).step.min()
+    first_lend = bal_q.groupby(["src", "dst"]).step.min()
+    assert (first_lend.loc[first_send.index].to_numpy() == first_send.to_numpy() - 1).all()
+    simulate.check(pipe)
 
 
 def test_summary_and_memory():
@@ -290,6 +327,8 @@ def test_bad_traffic(traffic, g, message):
         ({"quantum": 0}, "quantum must be >= 1"),
         ({"stage_cost_bytes": -1}, "stage_cost_bytes must be"),
         ({"tail_penalty": 0.5}, "tail_penalty must be >= 1"),
+        ({"balance": "eager"}, "unknown balance 'eager'"),
+        ({"max_stage_bytes": 0}, "max_stage_bytes must be >= 1"),
     ],
 )
 def test_bad_options(opts, message):

@@ -275,14 +275,17 @@ def pad(M, line):
 
 
 @njit(cache=True)
-def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty):
+def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max):
     """Balancing, server matrix, padding, decomposition and the stage-count cut.
 
     ``D``: P x P bytes. ``quantum``: server-matrix entries are rounded up to this many
     units. ``cap``: most stages to compute (< 0: no limit). ``stage_cost`` (units, > 0
     enables the cut): keep the K stages that minimise
     ``K * stage_cost + sum(w[:K]) + [R > 0] * (stage_cost + penalty * R)``, with R the
-    per-NIC capacity left for the fan-out tail.
+    per-NIC capacity left for the fan-out tail. ``stage_max`` (units, > 0 enables it):
+    every kept stage heavier than this is cut into ``ceil(w / stage_max)`` stages of the
+    same permutation and (nearly) equal weights, the cut above counting each part's
+    fixed cost; the parts are then ordered with the rest, largest first.
 
     Returns ``(region, c, line, lb_bytes, moves, perms, weights, computed, tail)``:
     ``region[u, t]`` units u holds for server t, ``c[s, t]`` the per-GPU cap after
@@ -372,9 +375,10 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty):
     if stage_cost > 0.0:
         best = np.inf
         done = 0
+        fixed = 0.0
         for k in range(computed + 1):
             r = line - done
-            cost = k * stage_cost + done
+            cost = fixed + done
             if r > 0:
                 cost += stage_cost + penalty * r
             if cost < best:
@@ -382,11 +386,31 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty):
                 keep = k
             if k < computed:
                 done += weights[k]
+                parts = 1 if stage_max <= 0 else (weights[k] + stage_max - 1) // stage_max
+                fixed += parts * stage_cost
     perms = perms[:keep].copy()
     weights = weights[:keep].copy()
+    if stage_max > 0 and keep > 0 and weights[0] > stage_max:
+        nparts = 0
+        for k in range(keep):
+            nparts += (weights[k] + stage_max - 1) // stage_max
+        sp = np.empty((nparts, S), perms.dtype)
+        sw = np.empty(nparts, np.int64)
+        n = 0
+        for k in range(keep):
+            parts = (weights[k] + stage_max - 1) // stage_max
+            base = weights[k] // parts
+            extra = weights[k] - base * parts
+            for i in range(parts):
+                sp[n, :] = perms[k, :]
+                sw[n] = base + (1 if i < extra else 0)
+                n += 1
+        order = np.argsort(-sw, kind="mergesort")
+        perms = sp[order].copy()
+        weights = sw[order].copy()
     # what each GPU still holds for each server after the kept stages
     capacity = np.zeros((S, S), np.int64)
-    for k in range(keep):
+    for k in range(weights.shape[0]):
         for s in range(S):
             capacity[s, perms[k, s]] += weights[k]
     tail = np.zeros((P, S), np.int64)
@@ -431,17 +455,21 @@ PHASE_TAIL = 4
 
 @njit(cache=True)
 def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces,
-          ops_cap, pieces_cap):  # fmt: skip
+          pipelined, ops_cap, pieces_cap):  # fmt: skip
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
 
     Returns ``(ops, rank_start, nops, pieces, npieces, bufbytes)``. ``ops`` rows are
     ``step, kind, group, peer, src_buf, src_off, dst_buf, dst_off, nbytes`` sorted by
     rank, then step, then posting order; rank r's rows are ``rank_start[r] :
     rank_start[r + 1]`` (all of them for ``want``); ``pieces`` rows ``phase, stage, src, dst, origin, final,
-    nbytes`` (only with ``with_pieces``, which needs ``want < 0``); ``bufbytes[r]`` =
+    nbytes, step`` (only with ``with_pieces``, which needs ``want < 0``); ``bufbytes[r]`` =
     bytes of BALANCE, STAGE0, STAGE1, TAIL on rank r (valid for ``want`` only when it is
     set). If ``nops > ops_cap`` or ``npieces > pieces_cap`` the tables were too small
     (they hold the first rows): call again with those sizes.
+
+    ``pipelined``: the balance ranges rail step j reads are lent during step j (with rail
+    step j - 1 and the redistribution of j - 2) instead of all in step 0; BALANCE keeps
+    the same layout, so no op of a step touches what another op of it writes.
 
     With ``want >= 0`` only the pools that rank ``want`` sends from or whose bytes reach
     its server are walked: O(K (S + G) + P S) instead of O(K P).
@@ -480,7 +508,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 rdisp[o, f] = rdisp[o - 1, f] + D[o - 1, f]
     ops = np.empty((max(ops_cap, 1), NCOL), np.int64)
     cnt = np.zeros(2, np.int64)  # ops, pieces emitted (possibly past the capacity)
-    pcs = np.empty((max(pieces_cap, 1) if with_pieces else 1, 7), np.int64)
+    pcs = np.empty((max(pieces_cap, 1) if with_pieces else 1, 8), np.int64)
     bufbytes = np.zeros((P, 4), np.int64)
     nm = moves.shape[0]
     scratch = np.empty((G * G + G + 2, 4), np.int64)
@@ -542,7 +570,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             ops[n, 8] = doff
             ops[n, 9] = nbytes
 
-    def piece(phase, stage, src, dst, origin, final, nbytes):
+    def piece(phase, stage, src, dst, origin, final, nbytes, step):
         n = cnt[1]
         cnt[1] = n + 1
         if n < pcs.shape[0]:
@@ -553,6 +581,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             pcs[n, 4] = origin
             pcs[n, 5] = final
             pcs[n, 6] = nbytes
+            pcs[n, 7] = step
 
     def rdsp(o, f):
         return rdisp[o, f] if want < 0 else rdisp[o, 0]
@@ -646,7 +675,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 continue
             if with_pieces:
                 for i in range(k):
-                    piece(phase, stage_id, g, h, scratch[i, 0], scratch[i, 1], scratch[i, 3])
+                    piece(phase, stage_id, g, h, scratch[i, 0], scratch[i, 1], scratch[i, 3], step)
             if k == 1 and scratch[0, 1] == h:
                 # one piece for the receiver itself: straight into its receive buffer
                 op(h, step, KIND_RECV, GROUP_RAIL, s, -1, 0, BUF_RECV,
@@ -667,7 +696,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     op(f, step + 1, KIND_RECV, GROUP_NODE, a, -1, 0, BUF_RECV,
                        rdsp(o, f) + scratch[i, 2], nb)  # fmt: skip
                 if with_pieces:
-                    piece(PHASE_REDISTRIBUTE, stage_id, h, f, o, f, nb)
+                    piece(PHASE_REDISTRIBUTE, stage_id, h, f, o, f, nb, step + 1)
                 off += nb
             if is_tail:
                 bufbytes[h, 3] += seg_bytes
@@ -704,6 +733,42 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                        rdisp[owner, 0] + b0, b1 - b0)  # fmt: skip
             pos += rlen
 
+    def lend(g, t, lo, hi, step):
+        """Pipelined balancing: at ``step``, move the balance ranges that pool units
+        ``[lo, hi)`` of GPU g for server t read from their donors into g's BALANCE
+        buffer (at the offsets the prologue would use)."""
+        s = g // G
+        b = g - s * G
+        base_ptr = ptr[g * S + t]
+        nranges = 1 + ptr[g * S + t + 1] - base_ptr
+        pos = keep[g, t]
+        for r in range(1, nranges):
+            if pos >= hi:
+                return
+            m = idx[base_ptr + r - 1]
+            rlen = moves[m, 5]
+            a0 = max(lo, pos)
+            a1 = min(hi, pos + rlen)
+            if a0 < a1:
+                donor = s * G + moves[m, 2]
+                x0 = moves[m, 4]
+                xa = x0 + a0 - pos
+                xb = x0 + a1 - pos
+                ba = rel(donor, t, xa)
+                bb = rel(donor, t, xb)
+                if bb > ba:
+                    if want < 0 or want == donor or want == g:
+                        op(donor, step, KIND_SEND, GROUP_NODE, b, BUF_SEND, start[donor, t] + ba,
+                           -1, 0, bb - ba)  # fmt: skip
+                        op(g, step, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
+                           bal_off[m] + ba - rel(donor, t, x0), bb - ba)  # fmt: skip
+                    if with_pieces:
+                        k = split(donor, t, xa, xb, 0)
+                        for i in range(k):
+                            piece(PHASE_BALANCE, -1, donor, g, donor, scratch[i, 1],
+                                  scratch[i, 3], step)  # fmt: skip
+            pos += rlen
+
     # balance (step 0): receivers lay their ranges out by server, then arrival order
     for s in range(S):
         if sw >= 0 and s != sw:
@@ -718,6 +783,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     b1 = rel(donor, t, moves[m, 4] + moves[m, 5])
                     bal_off[m] = off
                     off += b1 - b0
+                    if pipelined:
+                        continue
                     if want < 0 or want == donor or want == g:
                         op(donor, 0, KIND_SEND, GROUP_NODE, g - s * G, BUF_SEND,
                            start[donor, t] + b0, -1, 0, b1 - b0)  # fmt: skip
@@ -727,7 +794,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                         k = split(donor, t, moves[m, 4], moves[m, 4] + moves[m, 5], 0)
                         for i in range(k):
                             piece(PHASE_BALANCE, -1, donor, g, donor, scratch[i, 1],
-                                  scratch[i, 3])  # fmt: skip
+                                  scratch[i, 3], 0)  # fmt: skip
             bufbytes[g, 0] = off
     # intra-server traffic, direct over scale-up (step 1, overlapping the first stage)
     for u in range(P):
@@ -744,7 +811,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     op(u, 1, KIND_SEND, GROUP_NODE, v - s * G, BUF_SEND, sd, -1, 0, d)
                     op(v, 1, KIND_RECV, GROUP_NODE, u - s * G, -1, 0, BUF_RECV, rdsp(u, v), d)
                 if with_pieces:
-                    piece(PHASE_INTRA, -1, u, v, u, v, d)
+                    piece(PHASE_INTRA, -1, u, v, u, v, d, 1)
             sd += d
 
     # stages: rail step j at step j + 1, its redistribution at step j + 2; then the tail
@@ -760,7 +827,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 if t == s or (sw >= 0 and s != sw and t != sw):
                     continue
                 for a in range(G):
-                    if sw >= 0 and t != sw and a != aw:
+                    # pipelined: want lends to its peers for every pool of its server
+                    if sw >= 0 and t != sw and a != aw and not (pipelined and s == sw):
                         continue
                     g = s * G + a
                     n = min(w, plen[g, t] - pos[g, t])
@@ -775,18 +843,26 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             for g in range(P):
                 s = g // G
                 for t in range(S):
-                    if t == s or tail_units[g, t] == 0 or (sw >= 0 and g != want and t != sw):
+                    if t == s or tail_units[g, t] == 0:
+                        continue
+                    if sw >= 0 and g != want and t != sw and not (pipelined and s == sw):
                         continue
                     todo[ntodo, 0] = g
                     todo[ntodo, 1] = t
                     todo[ntodo, 2] = pos[g, t]
                     todo[ntodo, 3] = plen[g, t]
                     ntodo += 1
+        if pipelined:  # lend what rail step j reads during step j
+            for i in range(ntodo):
+                if sw < 0 or todo[i, 0] // G == sw:
+                    lend(todo[i, 0], todo[i, 1], todo[i, 2], todo[i, 3], j)
         used[:] = 0
         for i in range(ntodo):
             g = todo[i, 0]
             t = todo[i, 1]
             if want >= 0 and g != want and t * G + g % G != want:
+                if t != sw:
+                    continue  # a pool of want's server it only lends to
                 # bound for want's server, landing on a peer: only what it forwards to want
                 forwarded(g, t, todo[i, 2], todo[i, 3], j + 2)
             else:

@@ -26,7 +26,17 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
   ``K * alpha_B + stage bytes + [tail] * (alpha_B + tail_penalty * tail bound)``, i.e.
   a stage is kept when it carries more than ``alpha_B / (tail_penalty - 1)`` bytes;
   ``tail_penalty`` (default 2) is what a tail byte costs relative to a stage byte
-  (incast, stragglers).
+  (incast, stragglers);
+- ``max_stage_bytes`` (bytes, ``"auto"`` (default) or ``None``): cut every stage heavier
+  than this per NIC into stages of the same permutation and equal weights, so lending
+  ahead and redistributing behind pipeline at a finer grain (the cost cut counts each
+  part's fixed cost); ``"auto"`` = ``AUTO_STAGE_COST_MULTIPLE * stage_cost_bytes`` (a
+  stage's bytes then take that many times its fixed cost), no cap when
+  ``stage_cost_bytes`` is 0;
+- ``balance`` (``"pipelined"`` (default) or ``"prologue"``): when the balancing bytes
+  move. ``"prologue"``: all in step 0, before any stage. ``"pipelined"``: the bytes rail
+  step j sends from the balance buffer are lent during step j, next to rail step j - 1
+  and its redistribution, so only rail step 0's lending is a prologue.
 
 Bytes each NIC is scheduled to send = the stages' weights (every NIC is busy or idle for
 the whole stage) plus its tail; :attr:`Schedule.scheduled_bytes` is the largest over
@@ -47,6 +57,8 @@ from kernels.fast import plan as _plan
 STRATEGIES = ("bottleneck", "threshold", "bvn")
 DEFAULT_STRATEGY = "bottleneck"
 AUTO_MIN_STAGES = 10  # S <= 4 never needs more (S^2 - 2S + 2): exact there
+AUTO_STAGE_COST_MULTIPLE = 32  # max_stage_bytes="auto": stage bytes / fixed cost (cost model)
+BALANCE_MODES = ("pipelined", "prologue")
 _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
 _PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 _MAX_ENTRY = 1 << 62
@@ -69,10 +81,13 @@ def warmup() -> float:
 
     d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
     _core.minmax(d)
-    out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0)
+    out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2)
     region, c, line, lb, moves, perms, weights, computed, tail = out
-    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, 64, 64)
-    _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, 64, 1)
+    for pipelined in (True, False):
+        _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, pipelined,
+                    64, 64)  # fmt: skip
+        _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, pipelined,
+                    64, 1)  # fmt: skip
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
 
@@ -104,6 +119,8 @@ class Schedule:
         max_stages: int | None,
         stage_cost_bytes: float,
         tail_penalty: float,
+        max_stage_bytes: int | None,
+        balance: str,
         core: tuple,
         seconds: float,
     ) -> None:
@@ -117,6 +134,8 @@ class Schedule:
         self.max_stages = max_stages
         self.stage_cost_bytes = stage_cost_bytes
         self.tail_penalty = tail_penalty
+        self.max_stage_bytes = max_stage_bytes  # None: stages are not cut
+        self.balance = balance
         (
             self._region,
             self._caps,
@@ -194,6 +213,8 @@ class Schedule:
         """Numbers for a result record or a table."""
         return {
             "strategy": self.strategy,
+            "balance": self.balance,
+            "max_stage_bytes": self.max_stage_bytes,
             "servers": self.servers,
             "gpus_per_node": self.gpus_per_node,
             "stages": self.nstages,
@@ -221,7 +242,7 @@ class Schedule:
             ops, first, nops, pcs, npcs, bufbytes = _core.build(
                 self.traffic, g, self.unit, _shift(self.unit), self._region, self._caps,
                 self._moves, self.perms, self._units, self._tail, int(want), bool(with_pieces),
-                cap_ops, cap_pcs)  # fmt: skip
+                self.balance == "pipelined", cap_ops, cap_pcs)  # fmt: skip
             if nops <= cap_ops and npcs <= cap_pcs:
                 return ops, first, pcs, bufbytes
             cap_ops, cap_pcs = max(cap_ops, nops), max(cap_pcs, npcs)
@@ -273,14 +294,14 @@ class Schedule:
 
     def transfers(self):
         """One row per move of a piece of one (origin, final) pair: a pandas DataFrame
-        with columns ``phase, stage, src, dst, origin, final, nbytes`` (``stage`` is -1
-        outside stages; phase ``tail`` is the fan-out tail; rows with ``src == dst`` are
-        local copies)."""
+        with columns ``phase, stage, src, dst, origin, final, nbytes, step`` (``stage`` is
+        -1 outside stages; phase ``tail`` is the fan-out tail; rows with ``src == dst``
+        are local copies; ``step`` is the plan step that moves the row)."""
         import pandas as pd
 
         _, _, pieces, _ = self._build(-1, True)
         frame = pd.DataFrame(
-            pieces, columns=["phase", "stage", "src", "dst", "origin", "final", "nbytes"]
+            pieces, columns=["phase", "stage", "src", "dst", "origin", "final", "nbytes", "step"]
         )
         frame["phase"] = pd.Categorical.from_codes(pieces[:, 0], categories=list(_PHASES))
         return frame
@@ -296,6 +317,8 @@ def schedule(
     max_stages: int | str | None = "auto",
     stage_cost_bytes: float = 0.0,
     tail_penalty: float = 2.0,
+    max_stage_bytes: int | str | None = "auto",
+    balance: str = "pipelined",
 ) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
     rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
@@ -323,13 +346,31 @@ def schedule(
         raise ValueError(
             f"tail_penalty must be >= 1 (a tail byte costs at least a stage byte), got {tail_penalty!r}"
         )
+    if balance not in BALANCE_MODES:
+        raise ValueError(f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}")
+    if max_stage_bytes == "auto":
+        stage_max = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
+    elif max_stage_bytes is None:
+        stage_max = None
+    else:
+        stage_max = _positive_int(max_stage_bytes, "max_stage_bytes")
     warmup()
     from kernels.fast import _core
 
     t0 = time.perf_counter()
     q_units = _quantum_units(quantum, d, g, unit)
+    max_units = -(-stage_max // unit) if stage_max else 0
     core = _core.synthesize(
-        d, g, unit, _shift(unit), q_units, _MODES[strategy], cap, stage_cost / unit, penalty
+        d,
+        g,
+        unit,
+        _shift(unit),
+        q_units,
+        _MODES[strategy],
+        cap,
+        stage_cost / unit,
+        penalty,
+        max_units,
     )
     seconds = time.perf_counter() - t0
     return Schedule(
@@ -341,6 +382,8 @@ def schedule(
         None if cap < 0 else cap,
         stage_cost,
         penalty,
+        stage_max,
+        balance,
         core,
         seconds,
     )
@@ -354,7 +397,7 @@ def server_matrix(traffic, gpus_per_node: int, unit: int = 1) -> tuple[np.ndarra
     warmup()
     from kernels.fast import _core
 
-    out = _core.synthesize(d, int(gpus_per_node), unit, _shift(unit), 1, 1, 0, 0.0, 2.0)
+    out = _core.synthesize(d, int(gpus_per_node), unit, _shift(unit), 1, 1, 0, 0.0, 2.0, 0)
     m = np.ascontiguousarray(out[1])
     line = int(out[2])
     _core.pad(m, line)

@@ -85,6 +85,7 @@ def execute(schedule, sendbufs: list[np.ndarray]) -> list[np.ndarray]:
             ops = steps[r].get(step)
             if ops is None:
                 continue
+            _check_step_hazards(r, step, ops)
             for op in ops:
                 kind = int(op["kind"])
                 if kind == P.COPY:
@@ -145,6 +146,29 @@ def execute(schedule, sendbufs: list[np.ndarray]) -> list[np.ndarray]:
             i = int(bad[0])
             raise PlanError(f"rank {r}: receive-buffer byte {i} written {written[r][i]} times")
     return [b[P.RECV_BUF] for b in bufs]
+
+
+def _check_step_hazards(rank: int, step: int, ops: np.ndarray) -> None:
+    """The plan contract: no op of a step reads bytes another op of the step writes (an
+    executor may run a step's ops in any order), and no two write the same bytes."""
+    reads = ops[ops["kind"] != P.RECV]
+    writes = ops[ops["kind"] != P.SEND]
+    for buf in np.unique(writes["dst_buf"]):
+        w = writes[writes["dst_buf"] == buf]
+        order = np.argsort(w["dst_off"], kind="stable")
+        lo, hi = w["dst_off"][order], (w["dst_off"] + w["nbytes"])[order]
+        if (lo[1:] < hi[:-1]).any():
+            raise PlanError(f"rank {rank} step {step}: two ops write the same bytes")
+        r = reads[reads["src_buf"] == buf]
+        if r.size:
+            # a read [a, b) overlaps a write iff the last write starting before b ends after a
+            i = np.searchsorted(lo, r["src_off"] + r["nbytes"], side="left") - 1
+            hit = (i >= 0) & (hi[np.maximum(i, 0)] > r["src_off"])
+            if hit.any():
+                raise PlanError(
+                    f"rank {rank} step {step}: an op reads {P.BUFFER_NAMES[int(buf)]} bytes "
+                    "another op of the step writes"
+                )
 
 
 def check(schedule, seed: int = 0) -> None:
