@@ -373,9 +373,9 @@ def test_split_stages_keeps_every_byte_and_the_rail_rules():
     g, s = 2, 4
     p = g * s
     d = rng.integers(0, 50_000, (p, p))
-    tr = schedule(d, g).transfers()
+    tr = schedule(d, g, balance="prologue").transfers()
     cut = a2a.split_stages(tr, 4000)
-    assert list(cut.columns) == list(tr.columns)
+    assert list(cut.columns) == [c for c in tr.columns if c != "step"]
     for frame in (tr, cut):  # same bytes per phase and (origin, final)
         frame["phase"] = frame["phase"].astype(str)
     key = ["phase", "origin", "final"]
@@ -396,3 +396,24 @@ def test_split_stages_keeps_every_byte_and_the_rail_rules():
     assert a2a.fast(d, same, f).time_us == pytest.approx(a2a.fast(d, tr, f).time_us)
     with pytest.raises(ValueError, match="max_stage_bytes"):
         a2a.split_stages(tr, 0)
+
+
+def test_fast_follows_the_plan_steps():
+    """The model runs a schedule's rows in its plans' steps (``step`` column): for a
+    prologue schedule they are the derived steps, for a pipelined one the lend-ahead
+    what-if's."""
+    rng = np.random.default_rng(5)
+    g, s = 4, 4
+    d = rng.integers(0, 1 << 20, (g * s, g * s))
+    d[1, 9] = 1 << 26  # one hot pair: much lending
+    f = fab(g)
+    pro = schedule(d, g, balance="prologue", max_stage_bytes=1 << 21).transfers()
+    pipe = schedule(d, g, balance="pipelined", max_stage_bytes=1 << 21).transfers()
+    planned_pro = a2a.fast(d, pro, f)
+    planned_pipe = a2a.fast(d, pipe, f)
+    assert planned_pro.info["balance"] == "plan" == planned_pipe.info["balance"]
+    assert planned_pro.time_us == pytest.approx(a2a.fast(d, pro, f, balance="prologue").time_us)
+    what_if = a2a.fast(d, pro, f, balance="pipelined")
+    assert planned_pipe.time_us == pytest.approx(what_if.time_us)
+    assert planned_pipe.time_us < planned_pro.time_us
+    assert planned_pipe.info["prologue_us"] < planned_pro.info["prologue_us"]

@@ -9,13 +9,14 @@ copy and costs nothing. The steps are those of the executors in ``fast.md``:
 * ``spreadout``: P - 1 steps; at step k rank r sends to ``(r + k) mod P`` and receives
   from ``(r - k) mod P``; a step starts on each rank when its previous one ended.
 * ``fast``: the schedule's ``transfers()`` table, in the steps of its per-rank plans
-  (``kernels/fast/plan.py``). Step 0 balances (``balance`` rows); step j = 1..K runs
+  (``kernels/fast/plan.py``): the table's ``step`` column when it has one (what the
+  plans do, pipelined balancing and cut stages included). Otherwise: step 0 balances (``balance`` rows); step j = 1..K runs
   stage j's rail transfers over the NICs together with, on scale-up, the intra-server
   traffic (j = 1) and the redistribution of stage j - 1; step K + 1 sends the fan-out
   ``tail`` (if any: every GPU to all servers at once) and redistributes stage K; step
-  K + 2 drains the tail (``redistribute`` rows with stage -1). With
-  ``balance="pipelined"`` the bytes a GPU lends for a rail step move in the step before
-  it instead of all up front (an executor that balances one stage ahead; see
+  K + 2 drains the tail (``redistribute`` rows with stage -1). ``balance="prologue"`` or
+  ``"pipelined"`` ignores the ``step`` column and derives the steps that way, lending all
+  up front or each rail step's bytes in the step before it (what-ifs; see
   docs/cost-model.md).
 * ``balance_only``: balancing, then every rail transfer at once (incast up to S - 1
   senders per NIC), then all redistribution.
@@ -230,10 +231,10 @@ def fast(
     transfers,
     fabric: Fabric,
     *,
-    balance: str = "prologue",
+    balance: str | None = None,
 ) -> Prediction:
     """Model a FAST schedule from its ``transfers()`` table (see the module docstring)."""
-    if balance not in BALANCE_MODES:
+    if balance is not None and balance not in BALANCE_MODES:
         raise ValueError(f"balance must be one of {', '.join(BALANCE_MODES)} (got {balance!r})")
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
@@ -253,7 +254,14 @@ def fast(
         raise ValueError("transfers table: a redistribute row names a stage with no transfers")
     step[redist] = np.where(from_tail[redist], k + 2, pos[redist] + 2)
     is_bal = phase == _CODE["balance"]
-    if balance == "prologue":
+    planned = balance is None and _has_step(transfers)
+    if planned:
+        step = np.asarray(transfers["step"]).astype(np.int64)
+        if step.size and step.min() < 0:
+            raise ValueError("transfers table: a negative step")
+        xs, xd, xn, xstep = src, dst, nb, step
+        k = int(step[is_stage].max(initial=0))  # the last rail stage's step
+    elif balance in (None, "prologue"):
         step[is_bal] = 0
         keep = np.ones(src.size, dtype=bool)
         xs, xd, xn, xstep = src, dst, nb, step
@@ -268,6 +276,8 @@ def fast(
     ready, steps_present, marks = _run_steps(fabric, p, xstep, xs, xd, xn)
     prologue = marks[0] if steps_present.size and steps_present[0] == 0 else 0.0
     last_stage_idx = int(np.searchsorted(steps_present, k, side="right")) - 1
+    if planned:
+        k = int(np.unique(cols["stage"][is_stage]).size)
     stages_end = marks[last_stage_idx] if k else prologue
     tail_bytes = int(np.bincount(src[is_tail], nb[is_tail], p).max(initial=0)) if p else 0
     sched_bytes = _stage_bytes_per_nic(cols, is_stage, pos, k, p)
@@ -275,7 +285,7 @@ def fast(
         stages=int(k),
         tail=bool(is_tail.any()),
         tail_nic_bytes=tail_bytes,
-        balance=balance,
+        balance=balance or ("plan" if planned else "prologue"),
         prologue_us=prologue,
         stages_us=stages_end - prologue,
         epilogue_us=float(ready.max()) - stages_end,
@@ -285,6 +295,12 @@ def fast(
         redistribute_bytes=int(nb[redist].sum()),
     )
     return Prediction("fast", ready, lb, info)
+
+
+def _has_step(transfers) -> bool:
+    if hasattr(transfers, "columns"):
+        return "step" in list(transfers.columns)
+    return "step" in (getattr(getattr(transfers, "dtype", None), "names", None) or ())
 
 
 def _stage_bytes_per_nic(cols, is_stage, pos, k: int, p: int) -> int:
