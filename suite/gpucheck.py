@@ -5,9 +5,10 @@ error and the script goes on. The log and ``gpucheck.json`` go under ``$OUT`` wh
 set (else ``results/gpucheck``). Exit status 1 if any check failed.
 
 Checks: CuPy buffers and event timing; the ``cuda``/``rocm`` transport on one rank (NCCL
-communicators, all-reduce, reduce-scatter, all-gather, grouped send/recv to self); and the
-``commbench run`` driver end to end on the GPU backend for every implementation
-registered for it (one rank, small sweep, ``nwrong`` must be 0).
+communicators, all-reduce, reduce-scatter, all-gather, grouped send/recv to self); NVRAR's
+LL8 cell kernels against the CPU code and nvshmem4py on one PE; the FAST executor's device
+copies and send/recv groups; and the ``commbench run`` driver end to end on the GPU
+backend for every implementation registered for it (one rank, ``nwrong`` must be 0).
 """
 
 from __future__ import annotations
