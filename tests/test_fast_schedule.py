@@ -267,8 +267,10 @@ def test_stage_cap_and_pipelined_balancing():
         assert cut.weights[same].sum() >= whole.weights[k]
     assert cut.extra_memory()["total_bytes"] < whole.extra_memory()["total_bytes"]
     # "auto" cap: AUTO_STAGE_COST_MULTIPLE x the per-stage cost, none without one
-    assert fast.schedule(d, 4, stage_cost_bytes=1000).max_stage_bytes == 32_000
-    assert fast.schedule(d, 4).max_stage_bytes is None
+    auto = fast.schedule(d, 4, stage_cost_bytes=1000, max_stage_bytes="auto")
+    assert auto.max_stage_bytes == 32_000
+    assert fast.schedule(d, 4, max_stage_bytes="auto").max_stage_bytes is None
+    assert fast.schedule(d, 4, stage_cost_bytes=1000).max_stage_bytes is None  # default
     pro = fast.schedule(d, 4, max_stage_bytes=50_000, balance="prologue")
     pipe = fast.schedule(d, 4, max_stage_bytes=50_000, balance="pipelined")
     tp, tq = pro.transfers(), pipe.transfers()

@@ -27,12 +27,14 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
   a stage is kept when it carries more than ``alpha_B / (tail_penalty - 1)`` bytes;
   ``tail_penalty`` (default 2) is what a tail byte costs relative to a stage byte
   (incast, stragglers);
-- ``max_stage_bytes`` (bytes, ``"auto"`` (default) or ``None``): cut every stage heavier
-  than this per NIC into stages of the same permutation and equal weights, so lending
-  ahead and redistributing behind pipeline at a finer grain (the cost cut counts each
-  part's fixed cost); ``"auto"`` = ``AUTO_STAGE_COST_MULTIPLE * stage_cost_bytes`` (a
-  stage's bytes then take that many times its fixed cost), no cap when
-  ``stage_cost_bytes`` is 0;
+- ``max_stage_bytes`` (bytes, ``"auto"`` or ``None`` = no cap, the default): cut every
+  stage heavier than this per NIC (rounded up to the unit) into stages of the same
+  permutation and equal weights, so lending ahead and redistributing behind pipeline at
+  a finer grain (the cost cut counts each part's fixed cost); ``"auto"`` =
+  ``AUTO_STAGE_COST_MULTIPLE * stage_cost_bytes`` (a stage's bytes then take that many
+  times its fixed cost; no cap when ``stage_cost_bytes`` is 0). Off by default: the cost
+  model finds it a large win only where one GPU lends a lot (zipf at 320 GPUs) and a
+  1-4 % loss elsewhere (see docs/cost-model.md);
 - ``balance`` (``"pipelined"`` (default) or ``"prologue"``): when the balancing bytes
   move. ``"prologue"``: all in step 0, before any stage. ``"pipelined"``: the bytes rail
   step j sends from the balance buffer are lent during step j, next to rail step j - 1
@@ -317,7 +319,7 @@ def schedule(
     max_stages: int | str | None = "auto",
     stage_cost_bytes: float = 0.0,
     tail_penalty: float = 2.0,
-    max_stage_bytes: int | str | None = "auto",
+    max_stage_bytes: int | str | None = None,
     balance: str = "pipelined",
 ) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
