@@ -552,6 +552,12 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             wlen[u] = _units(D[u, want], unit, shift)
     bal_off = np.zeros(max(nm, 1), np.int64)
     used = np.zeros(P, np.int64)
+    # pipelined, with ``want``: lendto[b, t] = want lends to its peer b for server t
+    lendto = np.zeros((G, S), np.bool_)
+    if want >= 0 and pipelined:
+        for m in range(nm):
+            if moves[m, 0] == sw and moves[m, 2] == aw:
+                lendto[moves[m, 3], moves[m, 1]] = True
 
     def op(rank, step, kind, group, peer, sbuf, soff, dbuf, doff, nbytes):
         if want >= 0 and rank != want:
@@ -749,19 +755,18 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             rlen = moves[m, 5]
             a0 = max(lo, pos)
             a1 = min(hi, pos + rlen)
-            if a0 < a1:
-                donor = s * G + moves[m, 2]
+            donor = s * G + moves[m, 2]
+            if a0 < a1 and (want < 0 or want == donor or want == g):
                 x0 = moves[m, 4]
                 xa = x0 + a0 - pos
                 xb = x0 + a1 - pos
                 ba = rel(donor, t, xa)
                 bb = rel(donor, t, xb)
                 if bb > ba:
-                    if want < 0 or want == donor or want == g:
-                        op(donor, step, KIND_SEND, GROUP_NODE, b, BUF_SEND, start[donor, t] + ba,
-                           -1, 0, bb - ba)  # fmt: skip
-                        op(g, step, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
-                           bal_off[m] + ba - rel(donor, t, x0), bb - ba)  # fmt: skip
+                    op(donor, step, KIND_SEND, GROUP_NODE, b, BUF_SEND, start[donor, t] + ba,
+                       -1, 0, bb - ba)  # fmt: skip
+                    op(g, step, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
+                       bal_off[m] + ba - rel(donor, t, x0), bb - ba)  # fmt: skip
                     if with_pieces:
                         k = split(donor, t, xa, xb, 0)
                         for i in range(k):
@@ -827,8 +832,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 if t == s or (sw >= 0 and s != sw and t != sw):
                     continue
                 for a in range(G):
-                    # pipelined: want lends to its peers for every pool of its server
-                    if sw >= 0 and t != sw and a != aw and not (pipelined and s == sw):
+                    # pipelined: the pools of want's server it lends to
+                    if sw >= 0 and t != sw and a != aw and not (s == sw and lendto[a, t]):
                         continue
                     g = s * G + a
                     n = min(w, plen[g, t] - pos[g, t])
@@ -845,7 +850,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 for t in range(S):
                     if t == s or tail_units[g, t] == 0:
                         continue
-                    if sw >= 0 and g != want and t != sw and not (pipelined and s == sw):
+                    if sw >= 0 and g != want and t != sw and not (s == sw and lendto[g - s * G, t]):
                         continue
                     todo[ntodo, 0] = g
                     todo[ntodo, 1] = t

@@ -7,7 +7,9 @@ in posting order. Every op is a plain record:
 field      meaning
 =========  ======================================================================
 step       0 = balance, 1 = intra-server traffic + rail step 0, j + 1 = rail step j
-           + redistribution of rail step j - 1, last = redistribution of the last
+           + redistribution of rail step j - 1, last = redistribution of the last;
+           with pipelined balancing (the scheduler's default) step 0 lends only what
+           rail step 0 sends and step j + 1 also lends what rail step j + 1 sends
 kind       ``SEND``, ``RECV`` or ``COPY`` (a local copy)
 group      ``NODE`` (peer = local index), ``RAIL`` (peer = server index) or ``LOCAL``
 peer       rank of the other side *in that group*; -1 for a copy
@@ -23,7 +25,9 @@ layout (send buffer ordered by destination rank, receive buffer by source rank,
 displacements = exclusive prefix sums of the counts). The other buffers are scratch
 owned by the executor, sized by :attr:`RankPlan.buffer_bytes`:
 
-- ``BALANCE``: bytes received from node peers during balancing (held until sent);
+- ``BALANCE``: bytes received from node peers during balancing (held until sent); laid
+  out the same whether lent in step 0 or step by step (a rail step reads ranges that
+  earlier steps wrote, never the ones its own step's lending writes);
 - ``STAGE0`` / ``STAGE1``: rail step j receives into ``STAGE{j % 2}`` and is drained
   (forwarded / copied) during step j + 1, so a buffer is written again only after the
   step that drained it completed - waiting for every op of a step before the next one
