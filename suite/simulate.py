@@ -27,6 +27,7 @@ import numpy as np
 from kernels.model import Fabric
 from kernels.model import allreduce as ar_model
 from kernels.model import alltoallv as a2a_model
+from kernels.model import tune as tune_model
 from suite import __version__, metrics, results
 from suite.errors import UsageError
 from suite.units import format_size, parse_size, size_sweep
@@ -88,8 +89,16 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--balance",
         choices=a2a_model.BALANCE_MODES,
-        default="prologue",
-        help="FAST balancing: prologue (as the plans do) or pipelined (one stage ahead)",
+        default=None,
+        help="FAST scheduler's balancing (default: the scheduler's, pipelined); the model "
+        "runs every row in the step its plan does",
+    )
+    p.add_argument(
+        "--no-tune",
+        dest="tune",
+        action="store_false",
+        help="FAST: use the scheduler's defaults (+ the fabric's stage cost and any --param) "
+        "instead of the fastest of a few candidate option sets by the model",
     )
     g = p.add_argument_group("fabric overrides (default: the profile)")
     g.add_argument("--nic-GBps", dest="nic_GBps", type=float, help="NIC payload GB/s per GPU")
@@ -227,9 +236,14 @@ def alltoallv_points(
     seed: int,
     unit: int = 1,
     params: dict | None = None,
-    balance: str = "prologue",
+    tune: bool = True,
 ):
-    """Yield one :class:`Point` per (nodes, workload, size, impl)."""
+    """Yield one :class:`Point` per (nodes, workload, size, impl).
+
+    FAST's options: ``params`` plus the fabric's stage cost; with ``tune`` the model also
+    tries the candidates of :func:`kernels.model.tune.candidate_options` (never varying a
+    key of ``params``) and keeps the fastest. balance-only uses the untuned schedule.
+    """
     from suite.workloads import generate, parse_workload
 
     g = fabric.gpus_per_node
@@ -241,18 +255,19 @@ def alltoallv_points(
             for size in sizes:
                 traffic = generate(w, p, size, seed=wseed, unit=unit)
                 metric = metrics.alltoallv_metric_bytes(traffic)
-                sched = None
+                tuned = None
                 for impl in impls:
                     t0 = time.perf_counter()
                     extra: dict = {}
-                    if impl in ("fast", "balance-only") and sched is None:
-                        sched = fast_schedule(traffic, fabric, unit, params or {})
-                        transfers = sched.transfers()
+                    if impl in ("fast", "balance-only") and tuned is None:
+                        tuned = fast_schedule(
+                            traffic, fabric, unit, params or {}, tune and "fast" in impls
+                        )
                     if impl == "fast":
-                        pred = a2a_model.fast(traffic, transfers, fabric, balance=balance)
-                        extra = _schedule_info(sched)
+                        pred = tuned.prediction
+                        extra = _schedule_info(tuned, tune)
                     elif impl == "balance-only":
-                        pred = a2a_model.balance_only(traffic, transfers, fabric)
+                        pred = a2a_model.balance_only(traffic, tuned.default_transfers, fabric)
                     elif impl == "fanout":
                         pred = a2a_model.fanout(traffic, fabric)
                     else:
@@ -263,21 +278,34 @@ def alltoallv_points(
                     )
 
 
-def fast_schedule(traffic: np.ndarray, fabric: Fabric, unit: int, params: dict):
-    """The FAST schedule the model evaluates; the stage cost comes from the fabric."""
-    import kernels.fast
-
+def fast_schedule(
+    traffic: np.ndarray, fabric: Fabric, unit: int, params: dict, tune: bool = True
+) -> tune_model.Tuned:
+    """The FAST schedule the model evaluates: ``params`` + the fabric's stage cost, or
+    (``tune``) the fastest of the model's candidates around them."""
     opts = {k: None if str(v).lower() == "none" else v for k, v in params.items()}
-    opts.setdefault("stage_cost_bytes", fabric.stage_cost_bytes)
+    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **opts}
     try:
-        return kernels.fast.schedule(traffic, fabric.gpus_per_node, unit=unit, **opts)
+        return tune_model.tune_fast(
+            traffic,
+            fabric.gpus_per_node,
+            fabric,
+            unit=unit,
+            fixed=opts,
+            candidates=None if tune else [default],
+        )
     except TypeError as exc:
         raise UsageError(f"--param: {exc}") from None
 
 
-def _schedule_info(sched) -> dict:
+def _schedule_info(tuned: tune_model.Tuned, tune: bool) -> dict:
+    sched = tuned.schedule
     s = sched.summary()
     return {
+        "tuned": tune,
+        "options": tuned.options,
+        "default_time_us": tuned.default_time_us,
+        "candidates": tuned.candidates if tune else [],
         "strategy": s["strategy"],
         "synthesis_us": s["synthesis_us"],
         "scheduled_bytes": s["scheduled_bytes"],
@@ -286,6 +314,9 @@ def _schedule_info(sched) -> dict:
         "stage_cost_bytes": sched.stage_cost_bytes,
         "max_stages": sched.max_stages,
         "quantum_bytes": sched.quantum,
+        "tail_penalty": sched.tail_penalty,
+        "max_stage_bytes": sched.max_stage_bytes,
+        "balance_mode": sched.balance,
     }
 
 
@@ -436,6 +467,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
     reduction = metrics.TIME_REDUCTIONS[average]
     params = parse_params(args.param)
+    if args.balance is not None:
+        if args.collective != "alltoallv":
+            raise UsageError("--balance applies to the FAST scheduler (alltoallv) only")
+        if params.get("balance", args.balance) != args.balance:
+            raise UsageError("--balance and --param balance=... disagree: give one of them")
+        params["balance"] = args.balance
     if args.collective == "alltoallv":
         from suite.workloads import expand_workloads
 
@@ -450,10 +487,8 @@ def run(args: argparse.Namespace) -> int:
             args.seed,
             dtype.itemsize,
             params,
-            args.balance,
+            args.tune,
         )
-        if "fast" in impls:
-            params = {**params, "balance": args.balance}
     else:
         if args.param:
             raise UsageError("--param applies to the FAST scheduler (alltoallv) only")

@@ -417,3 +417,51 @@ def test_fast_follows_the_plan_steps():
     assert planned_pipe.time_us == pytest.approx(what_if.time_us)
     assert planned_pipe.time_us < planned_pro.time_us
     assert planned_pipe.info["prologue_us"] < planned_pro.info["prologue_us"]
+
+
+# ---------------------------------------------------------------- tuning
+
+
+@settings(max_examples=8, deadline=None)
+@given(s=st.integers(2, 5), seed=st.integers(0, 2**16), hot=st.booleans())
+def test_tuner_returns_the_minimum_and_never_loses_to_the_default(s, seed, hot):
+    from kernels.model.tune import candidate_options, tune_fast
+
+    g = 4
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 1 << 20, (g * s, g * s))
+    if hot:
+        d[1, g * s - 1] = 1 << 25
+    f = fab(g)
+    t = tune_fast(d, g, f)
+    cands = candidate_options(f)
+    assert len(t.candidates) == len(cands) > 1
+    assert [c["options"] for c in t.candidates] == cands
+    assert cands[0] == {"stage_cost_bytes": f.stage_cost_bytes}  # the default comes first
+    times = [c["time_us"] for c in t.candidates]
+    assert t.prediction.time_us == min(times)
+    assert t.options == t.candidates[times.index(min(times))]["options"]
+    default = kernels.fast.schedule(d, g, stage_cost_bytes=f.stage_cost_bytes)
+    assert t.default_time_us == pytest.approx(a2a.fast(d, default.transfers(), f).time_us)
+    assert t.prediction.time_us <= t.default_time_us
+    again = kernels.fast.schedule(d, g, **t.options)
+    assert a2a.fast(d, again.transfers(), f).time_us == pytest.approx(t.prediction.time_us)
+
+
+def test_tuner_never_varies_fixed_options_and_checks_its_input():
+    from kernels.model.tune import candidate_options, tune_fast
+
+    f = fab(4)
+    fixed = {"max_stage_bytes": 1 << 20, "balance": "prologue"}
+    cands = candidate_options(f, fixed)
+    assert all(c["max_stage_bytes"] == 1 << 20 and c["balance"] == "prologue" for c in cands)
+    assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)  # no duplicates
+    assert candidate_options(fab(4, stage_us=0.0, nic_us=0.0))[1:] == [
+        {"stage_cost_bytes": 0, "max_stage_bytes": None, "tail_penalty": p, "quantum": "auto"}
+        for p in (2.0, 1.5, 1.25)
+    ]  # no per-stage cost: nothing to scale a stage cap by
+    d = np.full((8, 8), 1 << 16)
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        tune_fast(d, 2, f)
+    with pytest.raises(ValueError, match="candidate"):
+        tune_fast(d, 4, f, candidates=[])

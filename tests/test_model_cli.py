@@ -68,7 +68,8 @@ def test_alltoallv_records_and_table(tmp_path, capsys):
         assert r["info"]["time_over_lb"] >= 1.0
         assert r["fabric"]["stage_us"] == 2.0
     fast = [r for r in recs if r["impl"] == "fast"]
-    assert all(r["info"]["stages"] >= r["nodes"] - 1 for r in fast)
+    # S - 1 stages carry everything, unless the model's choice sends the rest in a tail
+    assert all(r["info"]["stages"] >= r["nodes"] - 1 or r["info"]["tail"] for r in fast)
     assert all(r["info"]["stage_cost_bytes"] > 0 for r in fast)  # the model fed the scheduler
     assert {r["impl"] for r in recs} == {"fast", "fanout", "spreadout", "balance-only"}
     assert text.count("*") >= 4  # one fastest per (servers, size)
@@ -123,3 +124,38 @@ def test_one_gpu_per_node_system():
     d = generate("zipf:0.8", 4, 1 << 20, seed=1)
     assert a2a.fanout(d, f).rank_finish_us.shape == (4,)
     assert np.isfinite(a2a.spreadout(d, f).time_us)
+
+
+def test_fast_is_tuned_by_default_and_balance_follows_the_plans(tmp_path):
+    import kernels.fast
+    from kernels.model import alltoallv as a2a
+    from suite.workloads import generate
+
+    out = tmp_path / "m.jsonl"
+    base = ["simulate", "alltoallv", "--system", "h200", "--servers", "3", "--size", "4M",
+            "--impls", "fast", "--stage-us", "2", "--out", str(out)]  # fmt: skip
+    assert main(base) == 0
+    assert main([*base, "--no-tune"]) == 0
+    assert main([*base, "--no-tune", "--balance", "prologue"]) == 0
+    tuned, plain, pro = records(out)
+    assert tuned["info"]["tuned"] is True and len(tuned["info"]["candidates"]) > 1
+    assert tuned["time_us"] <= plain["time_us"] == pytest.approx(tuned["info"]["default_time_us"])
+    assert plain["info"]["tuned"] is False and plain["info"]["options"] == {
+        "stage_cost_bytes": fabric_from_profile("h200", stage_us=2.0).stage_cost_bytes
+    }
+    # no --balance: the scheduler's default and the plans' steps, not a what-if
+    assert "balance" not in plain["params"] and plain["info"]["balance"] == "plan"
+    assert plain["info"]["balance_mode"] == "pipelined"
+    assert pro["params"]["balance"] == "prologue" == pro["info"]["balance_mode"]
+    f = fabric_from_profile("h200", stage_us=2.0)
+    d = generate("zipf:0.8", 24, 4 << 20, seed=1)
+    for rec, bal in ((plain, "pipelined"), (pro, "prologue")):
+        sched = kernels.fast.schedule(d, 8, stage_cost_bytes=f.stage_cost_bytes, balance=bal)
+        assert rec["time_us"] == pytest.approx(a2a.fast(d, sched.transfers(), f).time_us)
+
+
+def test_balance_flag_and_param_must_agree(capsys):
+    argv = ["simulate", "alltoallv", "--system", "h200", "--servers", "2", "--size", "1M",
+            "--balance", "prologue", "--param", "balance=pipelined"]  # fmt: skip
+    assert main(argv) == 2
+    assert "disagree" in capsys.readouterr().err
