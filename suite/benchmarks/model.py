@@ -6,9 +6,8 @@ docs/cost-model.md records; ``--skip-study`` for targets and speed only). Everyt
 
 1. Targets: FAST at 320 GPUs (40 x 8), ``zipf:0.8``, 16/64/256 MiB per GPU, 2 and 10 µs per
    stage, next to fan-out, spread-out and balance-only: modelled time over the lower bound
-   (busiest NIC's bytes over its bandwidth). Goal at 256 MiB: <= 1.05 (2 µs), <= 1.10 (10 µs).
-   "what-if" rows change the executor (lend one stage ahead instead of balancing up
-   front) or the schedule (cut big stages): they are not what the code does today.
+   (busiest NIC's bytes over its bandwidth). Goal at 256 MiB: <= 1.05 (2 µs), <= 1.10 (10 µs),
+   for the model-tuned options (``kernels.model.tune``, what ``commbench simulate`` runs).
 2. Speed: one 1024-GPU all-to-allv evaluated per pattern (goal < 1 s each), with the
    scheduler's synthesis and ``transfers()`` table timed on their own.
 3. Study: the scheduler's stage-count strategies by modelled time over the lower bound,
@@ -25,6 +24,7 @@ import numpy as np
 
 import kernels.fast
 from kernels.model import alltoallv as a2a
+from kernels.model import tune
 from suite.simulate import fabric_from_profile
 from suite.workloads import generate
 
@@ -69,20 +69,24 @@ def targets(servers: int = 40) -> bool:
     print(f"## Targets: modelled, h200 constants, {servers} x 8 GPUs, {WORKLOAD}@{SEED}")
     print(
         "| size/GPU | stage | impl | time (µs) | lb (µs) | time/lb | stages | prologue | fixed "
-        "| stages/lb (excl. tail) |"
+        "| epilogue |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     ok = True
+    chosen = []
     for stage_us, goal in ((2.0, 1.05), (10.0, 1.10)):
         fabric = fabric_from_profile("h200", stage_us=stage_us)
         for size in (16 * MiB, 64 * MiB, 256 * MiB):
             d = generate(WORKLOAD, servers * 8, size, seed=SEED)
             tr = _schedule(d, fabric, {"cost": True}).transfers()
-            cut, chunk = _best_split(d, tr, fabric)
+            capped = _schedule(d, fabric, {"cost": True, "max_stage_bytes": "auto"})
+            t0 = time.perf_counter()
+            tuned = tune.tune_fast(d, 8, fabric)
+            secs = time.perf_counter() - t0
             rows = [
-                ("fast", a2a.fast(d, tr, fabric)),
-                ("fast pipelined (what-if)", a2a.fast(d, tr, fabric, balance="pipelined")),
-                (f"fast pipelined, stages <= {chunk} MiB (what-if)", cut),
+                ("fast, scheduler defaults", a2a.fast(d, tr, fabric)),
+                ("fast, max_stage_bytes=auto", a2a.fast(d, capped.transfers(), fabric)),
+                ("**fast, model-tuned** (simulate's default)", tuned.prediction),
                 ("balance-only", a2a.balance_only(d, tr, fabric)),
                 ("fanout", a2a.fanout(d, fabric)),
                 ("spreadout", a2a.spreadout(d, fabric)),
@@ -90,47 +94,47 @@ def targets(servers: int = 40) -> bool:
             for name, pred in rows:
                 info = pred.info
                 lb = pred.lower_bound_us
-                scaleout = f"{info['stages_us'] / lb:.3f}" if "stages_us" in info else "-"
                 print(
                     f"| {size // MiB} MiB | {stage_us:g} µs | {name} | {pred.time_us:.0f} | "
                     f"{lb:.0f} | {pred.time_over_lb:.3f} | "
                     f"{info.get('stages', info.get('steps'))} | "
-                    f"{info.get('prologue_us', 0) / lb:.3f} | "
-                    f"{info.get('stage_fixed_us', 0) / lb:.3f} | {scaleout} |"
+                    + " | ".join(
+                        f"{info[k] / lb:.3f}" if k in info else ""
+                        for k in ("prologue_us", "stage_fixed_us", "epilogue_us")
+                    )
+                    + " |"
                 )
+            chosen.append((size, stage_us, tuned, secs))
             if size == 256 * MiB:
-                got = rows[0][1].time_over_lb
+                got = tuned.prediction.time_over_lb
                 met = got <= goal
                 ok &= met
                 print(
                     f"|  |  | **target** fast <= {goal:.2f} | | | {got:.3f} "
                     f"{'met' if met else 'NOT met'} | | | | |"
                 )
-    print("\nOther laws, FAST time/lb at 256 MiB per GPU (2 µs / 10 µs per stage):")
+    print("\nOptions the model chose (tuner time: all candidates, this machine):")
+    for size, stage_us, tuned, secs in chosen:
+        o = {k: v for k, v in tuned.options.items() if k != "stage_cost_bytes"}
+        print(f"  {size // MiB:4d} MiB {stage_us:4g} µs  {o}  "
+              f"({len(tuned.candidates)} candidates, {secs:.2f} s)")  # fmt: skip
+    print("\nOther laws, FAST time/lb at 256 MiB per GPU, scheduler defaults -> model-tuned "
+          "(2 µs / 10 µs per stage):")  # fmt: skip
     for law in ("uniform", "moe:64,6", "random", "hotspot"):
         d = generate(law, servers * 8, 256 * MiB, seed=SEED)
         got = []
         for stage_us in (2.0, 10.0):
             fabric = fabric_from_profile("h200", stage_us=stage_us)
-            tr = _schedule(d, fabric, {"cost": True}).transfers()
-            got.append(f"{a2a.fast(d, tr, fabric).time_over_lb:.3f}")
+            t = tune.tune_fast(d, 8, fabric)
+            got.append(f"{t.default_time_us / t.prediction.lower_bound_us:.3f} -> "
+                       f"{t.prediction.time_over_lb:.3f}")  # fmt: skip
         print(f"  {law:10s} {' / '.join(got)}")
     print(
-        "(prologue: the balancing step; fixed: the stages' fixed costs; stages/lb: the rail "
-        "steps from the first to the last stage; all as fractions of lb)\n"
+        "(prologue: step 0, the first stage's lending; fixed: K x (stage + alpha); "
+        "epilogue: from the last stage's end (the tail, its drain, the last "
+        "redistribution); all as fractions of lb)\n"
     )
     return ok
-
-
-def _best_split(d: np.ndarray, tr, fabric) -> tuple[object, int]:
-    """The what-if FAST with lending one stage ahead and stages cut to at most X MiB per
-    NIC: the best X of 64, 32, 16, 8, 4."""
-    best = None
-    for chunk in (64, 32, 16, 8, 4):
-        pred = a2a.fast(d, a2a.split_stages(tr, chunk * MiB), fabric, balance="pipelined")
-        if best is None or pred.time_us < best[0].time_us:
-            best = (pred, chunk)
-    return best
 
 
 def speed(gpus: int = 1024) -> bool:
