@@ -45,7 +45,7 @@ STRATEGIES = {
 }
 
 
-#: what ``commbench simulate`` uses: the scheduler's defaults plus the model's stage cost
+#: what ``commbench simulate --no-tune`` uses: the scheduler's defaults + the model's stage cost
 DEFAULT = STRATEGIES["bottleneck+tail+cost"]
 
 
