@@ -39,6 +39,7 @@ _KNOWN_IMPLS = (
     "spreadout",
     "balance-only",
     "fast-noorder",
+    "fast+sched",
 )
 _PALETTE = (
     "#1f77b4",
@@ -53,6 +54,7 @@ _PALETTE = (
     "#7f7f7f",
     "#393b79",
     "#637939",
+    "#e7969c",
 )
 REFERENCE_COLOR = "#444444"
 
@@ -113,7 +115,7 @@ def count_axis(ax: Axes, values: Iterable[float], label: str) -> None:
 
 def impl_color(name: str) -> str:
     """Stable colour for an implementation (known names first, others by a stable hash)."""
-    m = re.match(r"[\w.-]+", name.strip().lower())
+    m = re.match(r"[\w.+-]+", name.strip().lower())
     base = m.group(0) if m else name
     if base in _KNOWN_IMPLS:
         return _PALETTE[_KNOWN_IMPLS.index(base) % len(_PALETTE)]

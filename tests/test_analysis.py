@@ -534,3 +534,12 @@ def test_run_metadata_reads_versions_and_job_sentinels(tmp_path):
     assert runs.loc["vista", "versions"] == "python 3.11"
     page = write_report([tmp_path], tmp_path / "r.html").read_text()
     assert "error: nvrar: exit status 2" in page
+
+
+def test_every_registered_implementation_has_its_own_colour():
+    from analysis.style import impl_color
+    from kernels.registry import implementations
+
+    names = sorted({spec.name for spec in implementations()})
+    colours = {name: impl_color(name) for name in names}
+    assert len(set(colours.values())) == len(names), colours
