@@ -550,6 +550,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 acc += _units(D[u, v], unit, shift)
             wpre[u] = acc
             wlen[u] = _units(D[u, want], unit, shift)
+    # bal_off[m] + a byte offset in the donor's region = where move m puts that byte in BALANCE
     bal_off = np.zeros(max(nm, 1), np.int64)
     used = np.zeros(P, np.int64)
     # pipelined, with ``want``: lendto[b, t] = want lends to its peer b for server t
@@ -646,6 +647,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
             seg_bytes = 0
             pos = 0
             for r in range(nranges):
+                if pos >= hi or (seg == 0 and r > 0):
+                    break  # the rest of the pool lies past [lo, hi) or in the other segment
                 m = -1
                 if r == 0:
                     rlen = keep[g, t]
@@ -663,16 +666,15 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     continue
                 xa = x0 + a0 - (pos - rlen)
                 xb = x0 + a1 - (pos - rlen)
-                ba = rel(owner, t, xa)
-                bb = rel(owner, t, xb)
-                if seg_off < 0 and sender:
-                    if r == 0:
-                        seg_off = start[g, t] + ba
-                    else:
-                        seg_off = bal_off[m] + ba - rel(owner, t, x0)
-                seg_bytes += bb - ba
-                if pieces:
+                if pieces:  # the pieces' bytes are the range's: no second scan
+                    k0 = k
                     k = split(owner, t, xa, xb, k)
+                    for i in range(k0, k):
+                        seg_bytes += scratch[i, 3]
+                else:
+                    seg_bytes += rel(owner, t, xb) - rel(owner, t, xa)
+                if seg_off < 0 and sender:
+                    seg_off = rel(owner, t, xa) + (start[g, t] if r == 0 else bal_off[m])
             if seg_bytes == 0:
                 continue
             op(g, step, KIND_SEND, GROUP_RAIL, t, BUF_SEND if seg == 0 else BUF_BALANCE,
@@ -718,6 +720,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
         nranges = 1 + ptr[g * S + t + 1] - base_ptr
         pos = 0
         for r in range(nranges):
+            if pos >= hi:
+                break  # the rest of the pool lies past [lo, hi)
             if r == 0:
                 rlen = keep[g, t]
                 owner = g
@@ -766,7 +770,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     op(donor, step, KIND_SEND, GROUP_NODE, b, BUF_SEND, start[donor, t] + ba,
                        -1, 0, bb - ba)  # fmt: skip
                     op(g, step, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
-                       bal_off[m] + ba - rel(donor, t, x0), bb - ba)  # fmt: skip
+                       bal_off[m] + ba, bb - ba)  # fmt: skip
                     if with_pieces:
                         k = split(donor, t, xa, xb, 0)
                         for i in range(k):
@@ -786,7 +790,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     donor = s * G + moves[m, 2]
                     b0 = rel(donor, t, moves[m, 4])
                     b1 = rel(donor, t, moves[m, 4] + moves[m, 5])
-                    bal_off[m] = off
+                    bal_off[m] = off - b0
                     off += b1 - b0
                     if pipelined:
                         continue
@@ -794,7 +798,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                         op(donor, 0, KIND_SEND, GROUP_NODE, g - s * G, BUF_SEND,
                            start[donor, t] + b0, -1, 0, b1 - b0)  # fmt: skip
                         op(g, 0, KIND_RECV, GROUP_NODE, moves[m, 2], -1, 0, BUF_BALANCE,
-                           bal_off[m], b1 - b0)  # fmt: skip
+                           bal_off[m] + b0, b1 - b0)  # fmt: skip
                     if with_pieces:
                         k = split(donor, t, moves[m, 4], moves[m, 4] + moves[m, 5], 0)
                         for i in range(k):
@@ -822,6 +826,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     # stages: rail step j at step j + 1, its redistribution at step j + 2; then the tail
     # (listed first, then emitted: a loop that emits is slower per iteration)
     pos = np.zeros((P, S), np.int64)
+    h_lo, h_hi = (0, P) if want < 0 else (want, want + 1)
     todo = np.empty((P * S + 1, 4), np.int64)
     for j in range(K + 1):
         ntodo = 0
@@ -874,7 +879,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 take(g, t, todo[i, 2], todo[i, 3], j)
         if j < K:
             col = 1 + j % 2
-            for h in range(P):
+            for h in range(h_lo, h_hi):  # with ``want`` only its own sizes can change
                 if used[h] > bufbytes[h, col]:
                     bufbytes[h, col] = used[h]
     nops = cnt[0]
