@@ -86,6 +86,7 @@ def warmup() -> float:
     out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2)
     region, c, line, lb, moves, perms, weights, computed, tail = out
     for pipelined in (True, False):
+        _core.build_rank(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, pipelined, 64)
         _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, pipelined,
                     64, 64)  # fmt: skip
         _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, pipelined,
@@ -236,7 +237,7 @@ class Schedule:
     def _build(self, want: int, with_pieces: bool) -> tuple:
         """``(ops, rank_start, pieces, bufbytes)`` from the core; the tables are sized by
         a guess and, in the rare case it is short, built again at the size it counted."""
-        build = _core_build()
+        build = _core_fn("build")
         g = self.gpus_per_node
         cap_ops = _ops_guess(len(self._units), self.servers, g) * (1 if want >= 0 else self.nranks)
         cap_pcs = 4 * cap_ops if with_pieces else 1
@@ -265,8 +266,17 @@ class Schedule:
         if pl is None:
             if not 0 <= rank < self.nranks:
                 raise ValueError(f"rank {rank} is outside 0..{self.nranks - 1}")
-            ops, _, _, bufbytes = self._build(rank, False)
-            pl = self._plans[rank] = self._rank_plan(rank, ops, bufbytes[rank])
+            build = _core_fn("build_rank")
+            cap = _ops_guess(len(self._units), self.servers, self.gpus_per_node)
+            while True:  # the table is sized by a guess; rarely short, then built again
+                rows, nops, *b = build(
+                    self.traffic, self.gpus_per_node, self.unit, _shift(self.unit), self._region,
+                    self._caps, self._moves, self.perms, self._units, self._tail, rank,
+                    self.balance == "pipelined", cap)  # fmt: skip
+                if nops <= cap:
+                    break
+                cap = nops
+            pl = self._plans[rank] = self._rank_plan(rank, rows, b)
         return pl
 
     def plans(self) -> list[_plan.RankPlan]:
@@ -274,11 +284,11 @@ class Schedule:
         ops, first, _, bufbytes = self._build(-1, False)
         for r in range(self.nranks):
             if r not in self._plans:
-                self._plans[r] = self._rank_plan(r, ops[first[r] : first[r + 1]], bufbytes[r])
+                rows = ops[first[r] : first[r + 1]]
+                self._plans[r] = self._rank_plan(r, rows, bufbytes[r].tolist())
         return [self._plans[r] for r in range(self.nranks)]
 
-    def _rank_plan(self, rank: int, rows: np.ndarray, bufbytes: np.ndarray) -> _plan.RankPlan:
-        b = bufbytes.tolist()
+    def _rank_plan(self, rank: int, rows: np.ndarray, b: list) -> _plan.RankPlan:
         sizes = {_plan.BALANCE: b[0], _plan.STAGE0: b[1], _plan.STAGE1: b[2], _plan.TAIL: b[3]}
         # the core's rows are C-contiguous int64: read them as ops in place (what ops_view
         # does, without its checks and at a third of the cost)
@@ -450,17 +460,17 @@ def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
     return d
 
 
-_build_fn = None  # the numba core's build, once imported
+_core_fns: dict = {}  # the numba core's functions, once imported
 
 
-def _core_build():
-    """The numba core's ``build`` (imported on first use: numba is slow to import)."""
-    global _build_fn
-    if _build_fn is None:
+def _core_fn(name: str):
+    """A function of the numba core (imported on first use: numba is slow to import)."""
+    fn = _core_fns.get(name)
+    if fn is None:
         from kernels.fast import _core
 
-        _build_fn = _core.build
-    return _build_fn
+        fn = _core_fns[name] = getattr(_core, name)
+    return fn
 
 
 def _ops_guess(stages: int, servers: int, gpus_per_node: int) -> int:
