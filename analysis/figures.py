@@ -166,6 +166,19 @@ def _cap(groups: list, what: str) -> tuple[list, str]:
 # ---------------------------------------------------------------- figure 1
 
 
+def _latency_reference(ax: Axes, lat: pd.DataFrame, what: str) -> list:
+    """Overlay the papers' latency points (dotted, labelled as theirs); their sizes."""
+    ax.plot(
+        lat["size_min"],
+        lat["value"],
+        linestyle=":",
+        marker="x",
+        color=REFERENCE_COLOR,
+        label=reference_label(what, lat.iloc[0]["source"]),
+    )
+    return list(lat["size_min"])
+
+
 def figure_1(
     points: pd.DataFrame,
     out_dir: str | Path | None = None,
@@ -225,15 +238,7 @@ def _latency_panel(ax: Axes, ctx: pd.DataFrame, ref: pd.DataFrame, system, nodes
         lat = lat[(lat["size_min"] >= min(sizes) / 2) & (lat["size_min"] <= max(sizes) * 2)]
     if not lat.empty:
         first = lat.iloc[0]
-        ax.plot(
-            lat["size_min"],
-            lat["value"],
-            linestyle=":",
-            marker="x",
-            color=REFERENCE_COLOR,
-            label=reference_label(f"{first['impl']} {int(first['gpus'])} GPUs", first["source"]),
-        )
-        sizes += list(lat["size_min"])
+        sizes += _latency_reference(ax, lat, f"{first['impl']} {int(first['gpus'])} GPUs")
     size_axis(ax, sizes)
     log_y(ax)
     ax.set_ylabel("latency per call (µs, max over ranks)")
@@ -911,16 +916,7 @@ def _allreduce_model_panel(part, measured, ref, system, nodes) -> Callable[[Axes
         lat = ref[(ref["quantity"] == "latency_us") & (ref["nodes"] == at)]
         lat = _for_system(lat, system)
         if not lat.empty:
-            first = lat.iloc[0]
-            ax.plot(
-                lat["size_min"],
-                lat["value"],
-                linestyle=":",
-                marker="x",
-                color=REFERENCE_COLOR,
-                label=reference_label(f"{first['impl']} measured by the authors", first["source"]),
-            )
-            sizes += list(lat["size_min"])
+            sizes += _latency_reference(ax, lat, f"{lat.iloc[0]['impl']} measured by the authors")
         size_axis(ax, sizes)
         log_y(ax)
         ax.set_ylabel("latency per call (µs)")
