@@ -31,6 +31,7 @@ def cases(draw):
         "max_stages": draw(st.sampled_from([None, "auto", 0, 1, 3])),
         "balance": draw(st.sampled_from(BALANCE_MODES)),
         "max_stage_bytes": draw(st.sampled_from([None, None, big // 2 + 1, 3 * big])),
+        "tail": draw(st.sampled_from(["last", "last", "early", 2, 7])),
     }
     if draw(st.booleans()):
         opts["quantum"] = draw(st.sampled_from(["auto", 16, 100]))
@@ -101,7 +102,7 @@ def plans_ok(sched) -> None:
     fresh = fast.schedule(sched.traffic, sched.gpus_per_node, unit=sched.unit,
                           strategy=sched.strategy, quantum=sched.quantum,
                           max_stages=sched.max_stages, balance=sched.balance,
-                          max_stage_bytes=sched.max_stage_bytes)  # fmt: skip
+                          max_stage_bytes=sched.max_stage_bytes, tail=sched.tail)  # fmt: skip
     for r, whole in enumerate(sched.plans()):
         one = fresh.plan(r)
         assert np.array_equal(one.ops, whole.ops) and one.buffer_bytes == whole.buffer_bytes
@@ -286,6 +287,46 @@ def test_stage_cap_and_pipelined_balancing():
     simulate.check(pipe)
 
 
+def test_early_tail_joins_a_stage_and_changes_nothing_else():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 48, 1 << 20, seed=2)
+    last = fast.schedule(d, 4, max_stages=5)
+    assert last.tail == "last" and last.nsteps == 5 + 3
+    tl = last.transfers()
+    k = int(tl[tl.phase == "stage"].step.max())
+    assert (tl[tl.phase == "tail"].step == k + 1).all()
+    for tail, at in (("early", 1), (3, 3), (99, 5)):  # past the last stage: with the last
+        sched = fast.schedule(d, 4, max_stages=5, tail=tail)
+        assert sched.nsteps == 5 + 2 and sched.summary()["tail"] == sched.tail
+        assert np.array_equal(sched.weights, last.weights)
+        assert sched.tail_bytes == last.tail_bytes
+        tr = sched.transfers()
+        assert (tr[tr.phase == "tail"].step == at).all()
+        drain = tr[(tr.phase == "redistribute") & (tr.stage < 0)]
+        assert len(drain) and (drain.step == at + 1).all()
+        # the same moves, only some in other steps; the tail's lending one step before it
+        cols = ["phase", "stage", "src", "dst", "origin", "final", "nbytes"]
+        assert (
+            tr[cols]
+            .sort_values(cols)
+            .reset_index(drop=True)
+            .equals(tl[cols].sort_values(cols).reset_index(drop=True))
+        )
+        rail = tr[(tr.phase == "tail") & (tr.origin != tr.src)]
+        keys = set(zip(rail.origin, rail.src, rail.final, strict=True))
+        bal = tr[tr.phase == "balance"]
+        first_lend = bal.groupby(["src", "dst", "final"]).step.min()
+        assert keys and all(first_lend[key] <= at - 1 for key in keys)
+        assert sched.extra_memory() == last.extra_memory()
+        simulate.check(sched)
+        plans_ok(sched)
+    # no stages: the tail is all there is, in step 1 whatever was asked
+    alone = fast.schedule(d, 4, max_stages=0, tail="early")
+    assert alone.nsteps == 3
+    simulate.check(alone)
+
+
 def test_summary_and_memory():
     from suite.workloads import generate
 
@@ -331,6 +372,9 @@ def test_bad_traffic(traffic, g, message):
         ({"tail_penalty": 0.5}, "tail_penalty must be >= 1"),
         ({"balance": "eager"}, "unknown balance 'eager'"),
         ({"max_stage_bytes": 0}, "max_stage_bytes must be >= 1"),
+        ({"tail": "first"}, "unknown tail 'first'"),
+        ({"tail": 0}, "tail must be >= 1"),
+        ({"tail": True}, "unknown tail True"),
     ],
 )
 def test_bad_options(opts, message):

@@ -455,7 +455,7 @@ PHASE_TAIL = 4
 
 @njit(cache=True)
 def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces,
-          pipelined, ops_cap, pieces_cap):  # fmt: skip
+          pipelined, ops_cap, pieces_cap, tail_step):  # fmt: skip
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
 
     Returns ``(ops, rank_start, nops, pieces, npieces, bufbytes)``. ``ops`` rows are
@@ -471,6 +471,12 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     step j - 1 and the redistribution of j - 2) instead of all in step 0; BALANCE keeps
     the same layout, so no op of a step touches what another op of it writes.
 
+    ``tail_step``: the step the fan-out tail is posted in; <= 0 (or no stages): after
+    the last stage (step K + 1, drained in step K + 2); else ``min(tail_step, K)``,
+    alongside that rail step, drained one step later (its lending one step earlier).
+    The tail still carries what the stages leave (the pools' ends), received into its
+    own buffer, so posting it early changes no other op.
+
     With ``want >= 0`` only the pools that rank ``want`` sends from or whose bytes reach
     its server are walked: O(K (S + G) + P S) instead of O(K P).
 
@@ -480,6 +486,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     P = D.shape[0]
     S = P // G
     K = perms.shape[0]
+    tail_at = K + 1 if tail_step <= 0 or K == 0 else min(tail_step, K)
     sw = want // G if want >= 0 else -1
     aw = want - sw * G
     # start[u, t]: where u's bytes for server t begin in u's send buffer
@@ -631,8 +638,8 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
         s = g // G
         a = g - s * G
         h = t * G + a
-        step = j + 1
         is_tail = j == K
+        step = tail_at if is_tail else j + 1
         sbuf = BUF_TAIL if is_tail else (BUF_STAGE0 if j % 2 == 0 else BUF_STAGE1)
         phase = PHASE_TAIL if is_tail else PHASE_STAGE
         stage_id = -1 if is_tail else j
@@ -862,10 +869,11 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                     todo[ntodo, 2] = pos[g, t]
                     todo[ntodo, 3] = plen[g, t]
                     ntodo += 1
-        if pipelined:  # lend what rail step j reads during step j
+        rail_step = tail_at if j == K else j + 1
+        if pipelined:  # lend what rail step j reads during step j (the step before it)
             for i in range(ntodo):
                 if sw < 0 or todo[i, 0] // G == sw:
-                    lend(todo[i, 0], todo[i, 1], todo[i, 2], todo[i, 3], j)
+                    lend(todo[i, 0], todo[i, 1], todo[i, 2], todo[i, 3], rail_step - 1)
         used[:] = 0
         for i in range(ntodo):
             g = todo[i, 0]
@@ -874,7 +882,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
                 if t != sw:
                     continue  # a pool of want's server it only lends to
                 # bound for want's server, landing on a peer: only what it forwards to want
-                forwarded(g, t, todo[i, 2], todo[i, 3], j + 2)
+                forwarded(g, t, todo[i, 2], todo[i, 3], rail_step + 1)
             else:
                 take(g, t, todo[i, 2], todo[i, 3], j)
         if j < K:
@@ -907,10 +915,11 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
 
 @njit(cache=True)
 def build_rank(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, pipelined,
-               ops_cap):  # fmt: skip
+               ops_cap, tail_step):  # fmt: skip
     """:func:`build` for rank ``want`` alone: ``(rows, nops, balance, stage0, stage1,
     tail)`` - two arrays fewer to hand back to Python (each costs ~0.4 us)."""
     rows, _, nops, _, _, bufbytes = build(D, G, unit, shift, region, c, moves, perms, weights,
-                                          tail_units, want, False, pipelined, ops_cap, 1)  # fmt: skip
+                                          tail_units, want, False, pipelined, ops_cap, 1,
+                                          tail_step)  # fmt: skip
     b = bufbytes[want]
     return rows, nops, b[0], b[1], b[2], b[3]

@@ -32,8 +32,11 @@ owned by the executor, sized by :attr:`RankPlan.buffer_bytes`:
   (forwarded / copied) during step j + 1, so a buffer is written again only after the
   step that drained it completed - waiting for every op of a step before the next one
   is the credit;
-- ``TAIL``: everything received in the fan-out tail (rail step ``len(stages)``, all
-  servers at once), drained in the last step.
+- ``TAIL``: everything received in the fan-out tail (all servers at once), drained in
+  the step after it: with ``tail="last"`` (the default) the tail is rail step
+  ``len(stages)`` and its drain the last step; with ``tail="early"`` or a stage number
+  k it is posted in stage k's step (next to that stage's rail messages) and drained in
+  the next one, its lending (pipelined) one step before it.
 
 A rail message that carries a single piece destined for the receiving rank itself is
 received straight into ``RECV_BUF`` (always the case with one GPU per server).

@@ -38,7 +38,12 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
 - ``balance`` (``"pipelined"`` (default) or ``"prologue"``): when the balancing bytes
   move. ``"prologue"``: all in step 0, before any stage. ``"pipelined"``: the bytes rail
   step j sends from the balance buffer are lent during step j, next to rail step j - 1
-  and its redistribution, so only rail step 0's lending is a prologue.
+  and its redistribution, so only rail step 0's lending is a prologue;
+- ``tail`` (``"last"`` (default), ``"early"`` or a stage number k >= 1): when the fan-out
+  tail is posted. ``"last"``: its own rail step after the last stage, drained in one more
+  step (an epilogue). ``"early"`` (= 1) or k: alongside stage k (the last stage if there
+  are fewer), drained one step later, its lending one step earlier; the tail's bytes then
+  share the NICs with that stage instead of running after all of them (no extra step).
 
 Bytes each NIC is scheduled to send = the stages' weights (every NIC is busy or idle for
 the whole stage) plus its tail; :attr:`Schedule.scheduled_bytes` is the largest over
@@ -61,6 +66,7 @@ DEFAULT_STRATEGY = "bottleneck"
 AUTO_MIN_STAGES = 10  # S <= 4 never needs more (S^2 - 2S + 2): exact there
 AUTO_STAGE_COST_MULTIPLE = 32  # max_stage_bytes="auto": stage bytes / fixed cost (cost model)
 BALANCE_MODES = ("pipelined", "prologue")
+TAIL_MODES = ("last", "early")  # or a stage number k >= 1 ("early" = 1)
 _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
 _PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 _MAX_ENTRY = 1 << 62
@@ -86,11 +92,11 @@ def warmup() -> float:
     out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2)
     region, c, line, lb, moves, perms, weights, computed, tail = out
     for pipelined in (True, False):
-        _core.build_rank(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, pipelined, 64)
+        _core.build_rank(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, pipelined, 64, 0)
         _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, pipelined,
-                    64, 64)  # fmt: skip
+                    64, 64, 0)  # fmt: skip
         _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, pipelined,
-                    64, 1)  # fmt: skip
+                    64, 1, 0)  # fmt: skip
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
 
@@ -124,6 +130,7 @@ class Schedule:
         tail_penalty: float,
         max_stage_bytes: int | None,
         balance: str,
+        tail_step: int,
         core: tuple,
         seconds: float,
     ) -> None:
@@ -139,6 +146,7 @@ class Schedule:
         self.tail_penalty = tail_penalty
         self.max_stage_bytes = max_stage_bytes  # None: stages are not cut
         self.balance = balance
+        self._tail_step = tail_step  # 0: the tail after the last stage
         (
             self._region,
             self._caps,
@@ -158,6 +166,11 @@ class Schedule:
         self._nsteps: int | None = None
 
     # ------------------------------------------------------------------ summary numbers
+    @property
+    def tail(self) -> str | int:
+        """When the fan-out tail is posted: ``"last"`` or the stage number it joins."""
+        return self._tail_step or "last"
+
     @functools.cached_property
     def stages(self) -> list[Stage]:
         return [Stage(self.perms[k], int(self.weights[k])) for k in range(len(self.weights))]
@@ -218,6 +231,7 @@ class Schedule:
         return {
             "strategy": self.strategy,
             "balance": self.balance,
+            "tail": self.tail,
             "max_stage_bytes": self.max_stage_bytes,
             "servers": self.servers,
             "gpus_per_node": self.gpus_per_node,
@@ -245,18 +259,20 @@ class Schedule:
             ops, first, nops, pcs, npcs, bufbytes = build(
                 self.traffic, g, self.unit, _shift(self.unit), self._region, self._caps,
                 self._moves, self.perms, self._units, self._tail, want, with_pieces,
-                self.balance == "pipelined", cap_ops, cap_pcs)  # fmt: skip
+                self.balance == "pipelined", cap_ops, cap_pcs, self._tail_step)  # fmt: skip
             if nops <= cap_ops and npcs <= cap_pcs:
                 return ops, first, pcs, bufbytes
             cap_ops, cap_pcs = max(cap_ops, nops), max(cap_pcs, npcs)
 
     @property
     def nsteps(self) -> int:
-        """Steps of every rank's plan: balance, rail steps (stages + tail), last drain."""
+        """Steps of every rank's plan: balance, rail steps (stages, a last tail), last drain."""
         # cached by hand (functools.cached_property takes a lock); count_nonzero is the
         # cheapest "any" in numpy - a microsecond counts here, per call of the collective
         if self._nsteps is None:
-            self._nsteps = len(self._units) + (1 if np.count_nonzero(self._tail) else 0) + 2
+            k = len(self._units)
+            last = self._tail_step == 0 or k == 0
+            self._nsteps = k + (1 if last and np.count_nonzero(self._tail) else 0) + 2
         return self._nsteps
 
     def plan(self, rank: int) -> _plan.RankPlan:
@@ -272,7 +288,7 @@ class Schedule:
                 rows, nops, *b = build(
                     self.traffic, self.gpus_per_node, self.unit, _shift(self.unit), self._region,
                     self._caps, self._moves, self.perms, self._units, self._tail, rank,
-                    self.balance == "pipelined", cap)  # fmt: skip
+                    self.balance == "pipelined", cap, self._tail_step)  # fmt: skip
                 if nops <= cap:
                     break
                 cap = nops
@@ -338,6 +354,7 @@ def schedule(
     tail_penalty: float = 2.0,
     max_stage_bytes: int | str | None = None,
     balance: str = "pipelined",
+    tail: str | int = "last",
 ) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
     rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
@@ -367,6 +384,7 @@ def schedule(
         )
     if balance not in BALANCE_MODES:
         raise ValueError(f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}")
+    tail_step = _tail_step(tail)
     if max_stage_bytes == "auto":
         stage_max = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
     elif max_stage_bytes is None:
@@ -403,6 +421,7 @@ def schedule(
         penalty,
         stage_max,
         balance,
+        tail_step,
         core,
         seconds,
     )
@@ -489,6 +508,19 @@ def _positive_int(value, name: str, allow_zero: bool = False) -> int:
     if value < (0 if allow_zero else 1):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '>= 1'}, got {value}")
     return int(value)
+
+
+def _tail_step(tail) -> int:
+    """``tail`` as the core's ``tail_step`` (0: after the last stage)."""
+    if tail == "last":
+        return 0
+    if tail == "early":
+        return 1
+    if isinstance(tail, str) or isinstance(tail, bool) or not isinstance(tail, (int, np.integer)):
+        raise ValueError(
+            f"unknown tail {tail!r}: choose one of {', '.join(TAIL_MODES)} or a stage number >= 1"
+        )
+    return _positive_int(tail, "tail")
 
 
 def _quantum_units(quantum, d: np.ndarray, g: int, unit: int) -> int:

@@ -7,6 +7,10 @@ stragglers, which the model runs step by step. Synthesis costs ~2 ms at 320 GPUs
 ``transfers()`` table and the model ~0.1 s together, so a handful of candidates per call
 is affordable. :func:`tune_fast` always evaluates the default options first and keeps
 them on ties, so the result is never slower (in the model) than the default.
+
+A second round moves the fan-out tail (``tail=``, see :mod:`kernels.fast.scheduler`):
+the :data:`TAIL_ROUND_BEST` fastest option sets of the first round are tried again with
+the tail posted alongside each stage of :data:`TAIL_STAGES` instead of after the last one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from kernels.model.fabric import Fabric
 STAGE_CAP_MULTIPLES = (16, 32, 64)
 #: ``tail_penalty`` candidates (the scheduler's default is 2)
 TAIL_PENALTIES = (2.0, 1.5, 1.25)
+#: ``tail`` candidates of the second round (the stage the fan-out tail joins)
+TAIL_STAGES = ("early", 2, 4, 8)
+#: how many of the first round's fastest option sets the second round varies
+TAIL_ROUND_BEST = 3
 
 
 @dataclass
@@ -79,7 +87,10 @@ def tune_fast(
 ) -> Tuned:
     """Schedule ``traffic`` with every candidate option set (default:
     :func:`candidate_options`), model each with :func:`kernels.model.alltoallv.fast`, and
-    return the fastest (the first, i.e. the default, on ties)."""
+    return the fastest (the first, i.e. the default, on ties). Without ``candidates``, a
+    second round tries the tail positions :data:`TAIL_STAGES` on the first round's
+    :data:`TAIL_ROUND_BEST` fastest option sets that have a tail (unless ``fixed`` sets
+    ``tail``); its rows follow the first round's in ``candidates``."""
     import kernels.fast
 
     if gpus_per_node != fabric.gpus_per_node:
@@ -92,7 +103,9 @@ def tune_fast(
     best = None
     table: list[dict] = []
     first = None
-    for i, opts in enumerate(cands):
+
+    def run(opts: dict) -> None:
+        nonlocal best, first
         sched = kernels.fast.schedule(traffic, gpus_per_node, unit=unit, **opts)
         tr = sched.transfers()
         pred = fast(traffic, tr, fabric)
@@ -102,12 +115,22 @@ def tune_fast(
                 "time_us": pred.time_us,
                 "time_over_lb": pred.time_over_lb,
                 "stages": sched.nstages,
+                "tail_bytes": sched.tail_bytes,
                 "synthesis_us": sched.synthesis_seconds * 1e6,
             }
         )
-        if i == 0:
+        if first is None:
             first = (opts, tr, pred.time_us)
         if best is None or pred.time_us < best[3].time_us:
             best = (opts, sched, tr, pred)
+
+    for opts in cands:
+        run(opts)
+    if candidates is None and "tail" not in (fixed or {}):
+        with_tail = [row for row in table if row["tail_bytes"]]  # others: nothing to move
+        ranked = sorted(with_tail, key=lambda row: row["time_us"])[:TAIL_ROUND_BEST]
+        for row in ranked:
+            for tail in TAIL_STAGES:
+                run({**row["options"], "tail": tail})
     opts, sched, tr, pred = best
     return Tuned(dict(opts), sched, tr, pred, dict(first[0]), first[1], first[2], table)
