@@ -102,7 +102,8 @@ def plans_ok(sched) -> None:
     fresh = fast.schedule(sched.traffic, sched.gpus_per_node, unit=sched.unit,
                           strategy=sched.strategy, quantum=sched.quantum,
                           max_stages=sched.max_stages, balance=sched.balance,
-                          max_stage_bytes=sched.max_stage_bytes, tail=sched.tail)  # fmt: skip
+                          max_stage_bytes=sched.max_stage_bytes, tail=sched.tail,
+                          first_stage_fraction=sched.first_stage_fraction)  # fmt: skip
     for r, whole in enumerate(sched.plans()):
         one = fresh.plan(r)
         assert np.array_equal(one.ops, whole.ops) and one.buffer_bytes == whole.buffer_bytes
@@ -325,6 +326,36 @@ def test_early_tail_joins_a_stage_and_changes_nothing_else():
     alone = fast.schedule(d, 4, max_stages=0, tail="early")
     assert alone.nsteps == 3
     simulate.check(alone)
+
+
+def test_first_stage_fraction_splits_the_first_stage():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 48, 1 << 20, seed=2)
+    base = fast.schedule(d, 4, max_stages=5)
+    for balance in BALANCE_MODES:
+        for frac in (0.125, 0.5, 0.999):
+            sched = fast.schedule(d, 4, max_stages=5, first_stage_fraction=frac, balance=balance)
+            w0 = int(base.weights[0])
+            lead = int(sched.weights[0])
+            assert (
+                sched.nstages == base.nstages + 1
+                and sched.summary()["first_stage_fraction"] == frac
+            )
+            assert 0 < lead < w0 and lead + int(sched.weights[1]) == w0
+            assert abs(lead - frac * w0) <= max(1, w0 // 100) or lead == w0 - 1
+            assert np.array_equal(sched.perms[0], sched.perms[1])
+            assert np.array_equal(sched.weights[2:], base.weights[1:])
+            assert sched.tail_bytes == base.tail_bytes
+            assert sched.scheduled_bytes == base.scheduled_bytes
+            simulate.check(sched)
+            plans_ok(sched)
+    tr = fast.schedule(d, 4, max_stages=5, first_stage_fraction=0.125).transfers()
+    lend0 = tr[(tr.phase == "balance") & (tr.step == 0)].nbytes.sum()
+    assert 0 < lend0 < base.transfers().query("phase == 'balance' and step == 0").nbytes.sum()
+    for bad in (0, 1, -0.5, "x", True):
+        with pytest.raises(ValueError, match="first_stage_fraction"):
+            fast.schedule(d, 4, first_stage_fraction=bad)
 
 
 def test_summary_and_memory():

@@ -425,7 +425,12 @@ def test_fast_follows_the_plan_steps():
 @settings(max_examples=8, deadline=None)
 @given(s=st.integers(2, 5), seed=st.integers(0, 2**16), hot=st.booleans())
 def test_tuner_returns_the_minimum_and_never_loses_to_the_default(s, seed, hot):
-    from kernels.model.tune import TAIL_STAGES, candidate_options, tune_fast
+    from kernels.model.tune import (
+        FIRST_STAGE_FRACTIONS,
+        TAIL_STAGES,
+        candidate_options,
+        tune_fast,
+    )
 
     g = 4
     rng = np.random.default_rng(seed)
@@ -442,10 +447,18 @@ def test_tuner_returns_the_minimum_and_never_loses_to_the_default(s, seed, hot):
         repr(sorted(c.items())): row
         for c, row in zip(cands, t.candidates[: len(cands)], strict=True)
     }
+    # the third round: the first stage split, on option sets of the rounds before
+    seen = {repr(sorted(c["options"].items())) for c in t.candidates}
     for row in t.candidates[len(cands) :]:
         opts = dict(row["options"])
+        if "first_stage_fraction" in opts:
+            assert opts.pop("first_stage_fraction") in FIRST_STAGE_FRACTIONS
+            assert repr(sorted(opts.items())) in seen
+            continue
         assert opts.pop("tail") in TAIL_STAGES
         assert first[repr(sorted(opts.items()))]["tail_bytes"] > 0
+    third = [c for c in t.candidates if "first_stage_fraction" in c["options"]]
+    assert len(third) == len(FIRST_STAGE_FRACTIONS) * min(3, len(t.candidates) - len(third))
     assert cands[0] == {"stage_cost_bytes": f.stage_cost_bytes}  # the default comes first
     times = [c["time_us"] for c in t.candidates]
     assert t.prediction.time_us == min(times)

@@ -43,7 +43,13 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
   tail is posted. ``"last"``: its own rail step after the last stage, drained in one more
   step (an epilogue). ``"early"`` (= 1) or k: alongside stage k (the last stage if there
   are fewer), drained one step later, its lending one step earlier; the tail's bytes then
-  share the NICs with that stage instead of running after all of them (no extra step).
+  share the NICs with that stage instead of running after all of them (no extra step);
+- ``first_stage_fraction`` (a number in (0, 1), default ``None`` = off): the first stage
+  (in rail-step order) is split into a leading stage of about this fraction of its
+  weight (at least one unit) and the rest, same permutation. Only the leading part's
+  lending is then a prologue (with ``balance="pipelined"``); the rest's lending runs
+  next to the leading part's rail step. Costs one stage's fixed cost (the stage-count
+  cut does not count it).
 
 Bytes each NIC is scheduled to send = the stages' weights (every NIC is busy or idle for
 the whole stage) plus its tail; :attr:`Schedule.scheduled_bytes` is the largest over
@@ -131,6 +137,7 @@ class Schedule:
         max_stage_bytes: int | None,
         balance: str,
         tail_step: int,
+        first_stage_fraction: float | None,
         core: tuple,
         seconds: float,
     ) -> None:
@@ -147,6 +154,7 @@ class Schedule:
         self.max_stage_bytes = max_stage_bytes  # None: stages are not cut
         self.balance = balance
         self._tail_step = tail_step  # 0: the tail after the last stage
+        self.first_stage_fraction = first_stage_fraction
         (
             self._region,
             self._caps,
@@ -233,6 +241,7 @@ class Schedule:
             "balance": self.balance,
             "tail": self.tail,
             "max_stage_bytes": self.max_stage_bytes,
+            "first_stage_fraction": self.first_stage_fraction,
             "servers": self.servers,
             "gpus_per_node": self.gpus_per_node,
             "stages": self.nstages,
@@ -355,6 +364,7 @@ def schedule(
     max_stage_bytes: int | str | None = None,
     balance: str = "pipelined",
     tail: str | int = "last",
+    first_stage_fraction: float | None = None,
 ) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
     rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
@@ -385,6 +395,7 @@ def schedule(
     if balance not in BALANCE_MODES:
         raise ValueError(f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}")
     tail_step = _tail_step(tail)
+    first = _fraction(first_stage_fraction)
     if max_stage_bytes == "auto":
         stage_max = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
     elif max_stage_bytes is None:
@@ -409,6 +420,8 @@ def schedule(
         penalty,
         max_units,
     )
+    if first is not None:
+        core = _split_first(core, first)
     seconds = time.perf_counter() - t0
     return Schedule(
         d,
@@ -422,6 +435,7 @@ def schedule(
         stage_max,
         balance,
         tail_step,
+        first,
         core,
         seconds,
     )
@@ -521,6 +535,33 @@ def _tail_step(tail) -> int:
             f"unknown tail {tail!r}: choose one of {', '.join(TAIL_MODES)} or a stage number >= 1"
         )
     return _positive_int(tail, "tail")
+
+
+def _fraction(value) -> float | None:
+    """``first_stage_fraction`` checked: None or a number strictly between 0 and 1."""
+    if value is None:
+        return None
+    try:
+        f = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        f = math.nan
+    if not 0.0 < f < 1.0:
+        raise ValueError(f"first_stage_fraction must be a number in (0, 1) or None, got {value!r}")
+    return f
+
+
+def _split_first(core: tuple, fraction: float) -> tuple:
+    """The core's result with its first stage split into a leading part of about
+    ``fraction`` of its weight (>= 1 unit) and the rest, same permutation. Every server
+    pair keeps its capacity, so balancing and the tail are unchanged."""
+    region, c, line, lb, moves, perms, weights, computed, tail = core
+    if len(weights) == 0 or weights[0] < 2:
+        return core
+    w0 = int(weights[0])
+    lead = min(max(1, round(fraction * w0)), w0 - 1)
+    perms = np.concatenate([perms[:1], perms])
+    weights = np.concatenate([np.array([lead, w0 - lead], dtype=weights.dtype), weights[1:]])
+    return region, c, line, lb, moves, perms, weights, computed, tail
 
 
 def _quantum_units(quantum, d: np.ndarray, g: int, unit: int) -> int:

@@ -11,6 +11,8 @@ them on ties, so the result is never slower (in the model) than the default.
 A second round moves the fan-out tail (``tail=``, see :mod:`kernels.fast.scheduler`):
 the :data:`TAIL_ROUND_BEST` fastest option sets of the first round are tried again with
 the tail posted alongside each stage of :data:`TAIL_STAGES` instead of after the last one.
+A third round splits the first stage (``first_stage_fraction=``, each of
+:data:`FIRST_STAGE_FRACTIONS`) on the :data:`TAIL_ROUND_BEST` fastest option sets so far.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ TAIL_PENALTIES = (2.0, 1.5, 1.25)
 TAIL_STAGES = ("early", 2, 4, 8)
 #: how many of the first round's fastest option sets the second round varies
 TAIL_ROUND_BEST = 3
+#: ``first_stage_fraction`` candidates of the third round (a small leading first stage)
+FIRST_STAGE_FRACTIONS = (0.125, 0.25)
 
 
 @dataclass
@@ -132,5 +136,10 @@ def tune_fast(
         for row in ranked:
             for tail in TAIL_STAGES:
                 run({**row["options"], "tail": tail})
+    if candidates is None and "first_stage_fraction" not in (fixed or {}):
+        ranked = sorted(table, key=lambda row: row["time_us"])[:TAIL_ROUND_BEST]
+        for row in ranked:
+            for frac in FIRST_STAGE_FRACTIONS:
+                run({**row["options"], "first_stage_fraction": frac})
     opts, sched, tr, pred = best
     return Tuned(dict(opts), sched, tr, pred, dict(first[0]), first[1], first[2], table)
