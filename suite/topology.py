@@ -34,6 +34,16 @@ class Layout:
     def local(self) -> int:
         return self.rank % self.gpus_per_node
 
+    def to_world(self, group: str, peer: int) -> int:
+        """World rank of ``peer``, a rank in ``group`` (world, node or rail) of this rank."""
+        if group == "world":
+            return peer
+        if group == "node":
+            return self.node * self.gpus_per_node + peer
+        if group == "rail":
+            return peer * self.gpus_per_node + self.local
+        raise ValueError(f"unknown group {group!r} (world, node or rail)")
+
 
 def check_gpus_per_node(size: int, gpus_per_node: int) -> None:
     if gpus_per_node < 1:
@@ -118,13 +128,7 @@ class Topology:
 
     def to_world(self, group: str, peer: int) -> int:
         """World rank of ``peer`` (a rank in ``group``)."""
-        if group == "world":
-            return peer
-        if group == "node":
-            return self.node * self.gpus_per_node + peer
-        if group == "rail":
-            return peer * self.gpus_per_node + self.local
-        raise ValueError(f"unknown group {group!r} (world, node or rail)")
+        return Layout(self.rank, self.size, self.gpus_per_node).to_world(group, peer)
 
     def free(self) -> None:
         for c in (self.rail_comm, self.node_comm, self.world):

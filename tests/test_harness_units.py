@@ -98,3 +98,12 @@ def test_alltoallv_expected_is_what_senders_send(traffic, rep):
 def test_uniform_traffic_floors_to_unit():
     t = collectives.uniform_traffic(4, 1000, 4)
     assert (t == 248).all()
+
+
+def test_layout_maps_group_peers_to_world_ranks():
+    lay = Layout(rank=6, size=8, gpus_per_node=4)  # node 1, local 2
+    assert [lay.to_world("node", p) for p in range(4)] == [4, 5, 6, 7]
+    assert [lay.to_world("rail", p) for p in range(2)] == [2, 6]
+    assert lay.to_world("world", 3) == 3
+    with pytest.raises(ValueError, match="unknown group"):
+        lay.to_world("row", 0)

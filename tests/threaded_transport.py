@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from suite.topology import Layout
+
 TIMEOUT_S = 10.0
 
 
@@ -61,11 +63,7 @@ class FakeTopo:
     world: Any
 
     def to_world(self, group: str, peer: int) -> int:
-        if group == "world":
-            return peer
-        if group == "node":
-            return self.node * self.gpus_per_node + peer
-        return peer * self.gpus_per_node + self.local
+        return Layout(self.rank, self.size, self.gpus_per_node).to_world(group, peer)
 
 
 class _Pending:
