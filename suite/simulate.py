@@ -241,8 +241,9 @@ def alltoallv_points(
     """Yield one :class:`Point` per (nodes, workload, size, impl).
 
     FAST's options: ``params`` plus the fabric's stage cost; with ``tune`` the model also
-    tries the candidates of :func:`kernels.model.tune.candidate_options` (never varying a
-    key of ``params``) and keeps the fastest. balance-only uses the untuned schedule.
+    tries the option sets :func:`kernels.model.tune.tune_fast` searches (a grid, then a
+    coordinate descent; never varying a key of ``params``) and keeps the fastest.
+    balance-only uses the untuned schedule.
     """
     from suite.workloads import generate, parse_workload
 
@@ -306,6 +307,7 @@ def _schedule_info(tuned: tune_model.Tuned, tune: bool) -> dict:
         "options": tuned.options,
         "default_time_us": tuned.default_time_us,
         "candidates": tuned.candidates if tune else [],
+        "tune_passes": tuned.passes,
         "strategy": s["strategy"],
         "synthesis_us": s["synthesis_us"],
         "scheduled_bytes": s["scheduled_bytes"],

@@ -4,15 +4,19 @@ one the cost model says is fastest.
 The scheduler's own stage-count rule (``stage_cost_bytes``, ``tail_penalty``) is a
 per-NIC byte count; it cannot see lending ahead, redistribution behind or the tail's
 stragglers, which the model runs step by step. Synthesis costs ~2 ms at 320 GPUs, the
-``transfers()`` table and the model ~0.1 s together, so a handful of candidates per call
-is affordable. :func:`tune_fast` always evaluates the default options first and keeps
+``transfers()`` table and the model ~0.1 s together, so a few dozen candidates per call
+are affordable. :func:`tune_fast` always evaluates the default options first and keeps
 them on ties, so the result is never slower (in the model) than the default.
 
-A second round moves the fan-out tail (``tail=``, see :mod:`kernels.fast.scheduler`):
-the :data:`TAIL_ROUND_BEST` fastest option sets of the first round are tried again with
-the tail posted alongside each stage of :data:`TAIL_STAGES` instead of after the last one.
-A third round splits the first stage (``first_stage_fraction=``, each of
-:data:`FIRST_STAGE_FRACTIONS`) on the :data:`TAIL_ROUND_BEST` fastest option sets so far.
+Two rounds. The first is a grid (:func:`candidate_options`): stage caps x tail
+penalties, the stage count's two knobs. The second is a coordinate descent from the
+first round's fastest set along :data:`AXES`, each a 2-D grid of two options that
+interact: (the tail's position, the first stage's split) and again (stage cap, tail
+penalty). Each axis in turn is set to each of its combinations on the fastest set so
+far, until a whole pass finds nothing faster (at most :data:`MAX_PASSES` passes). The
+options pay together where neither pays alone - a tail posted alongside stage 1 fills a
+short leading first stage, so the lending of the rest of that stage hides behind it;
+with both, larger stages pay - so a descent one option at a time stops short of them.
 """
 
 from __future__ import annotations
@@ -26,14 +30,20 @@ from kernels.model.fabric import Fabric
 
 #: ``max_stage_bytes`` candidates, as multiples of the fabric's per-stage cost in bytes
 STAGE_CAP_MULTIPLES = (16, 32, 64)
-#: ``tail_penalty`` candidates (the scheduler's default is 2)
-TAIL_PENALTIES = (2.0, 1.5, 1.25)
-#: ``tail`` candidates of the second round (the stage the fan-out tail joins)
-TAIL_STAGES = ("early", 2, 4, 8)
-#: how many of the first round's fastest option sets the second round varies
-TAIL_ROUND_BEST = 3
-#: ``first_stage_fraction`` candidates of the third round (a small leading first stage)
-FIRST_STAGE_FRACTIONS = (0.125, 0.25)
+#: ``tail_penalty`` candidates (the scheduler's default is 2; lower: fewer, larger stages)
+TAIL_PENALTIES = (2.0, 1.5, 1.25, 1.15)
+#: ``tail`` values of the descent (the stage the fan-out tail joins; "last": after all)
+TAIL_STAGES = ("last", "early", 2, 4, 8)
+#: ``first_stage_fraction`` values of the descent (None: no split)
+FIRST_STAGE_FRACTIONS = (None, 0.125, 0.25)
+#: the descent's axes in the order a pass visits them; an axis takes every combination of
+#: its options' values (``max_stage_bytes``: None and :data:`STAGE_CAP_MULTIPLES` x the
+#: stage cost)
+AXES = (("tail", "first_stage_fraction"), ("max_stage_bytes", "tail_penalty"))
+#: at most this many passes over :data:`AXES`
+MAX_PASSES = 4
+#: the scheduler's defaults of options the descent varies: a set leaves them out
+_DEFAULTS = {"tail": "last", "first_stage_fraction": None}
 
 
 @dataclass
@@ -48,10 +58,12 @@ class Tuned:
     default_transfers: object
     default_time_us: float
     candidates: list[dict] = field(default_factory=list)
+    passes: int = 0  # the descent's passes over its axes (0: no descent)
 
 
 def candidate_options(fabric: Fabric, fixed: dict | None = None) -> list[dict]:
-    """Scheduler options to try, the default (``fixed`` + the fabric's stage cost) first.
+    """The first round's option sets, the default (``fixed`` + the fabric's stage cost)
+    first.
 
     The grid varies ``max_stage_bytes`` (None or k x stage cost for k in
     :data:`STAGE_CAP_MULTIPLES`) and ``tail_penalty`` (:data:`TAIL_PENALTIES`) with
@@ -59,14 +71,9 @@ def candidate_options(fabric: Fabric, fixed: dict | None = None) -> list[dict]:
     Duplicates are dropped.
     """
     fixed = dict(fixed or {})
-    cost = fabric.stage_cost_bytes
-    default = {"stage_cost_bytes": cost, **fixed}
-    cost = default["stage_cost_bytes"]
-    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):
-        cost = 0  # no cap to scale (a bad value is the scheduler's to refuse)
-    caps = [None] + [int(k * cost) for k in STAGE_CAP_MULTIPLES if cost and k * cost >= 1]
+    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **fixed}
     out, seen = [default], {_key(default)}
-    for cap in caps:
+    for cap in _caps(default):
         for pen in TAIL_PENALTIES:
             cand = {"max_stage_bytes": cap, "tail_penalty": pen, "quantum": "auto"}
             cand = {**default, **cand, **fixed}
@@ -74,6 +81,37 @@ def candidate_options(fabric: Fabric, fixed: dict | None = None) -> list[dict]:
                 seen.add(_key(cand))
                 out.append(cand)
     return out
+
+
+def descent_axes(fabric: Fabric, fixed: dict | None = None) -> list[tuple[tuple, list]]:
+    """The second round's axes: ``(keys, values)``, each value one entry per key, in
+    :data:`AXES` order. A key ``fixed`` pins is not varied (the other key of a joint axis
+    still is)."""
+    fixed = dict(fixed or {})
+    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **fixed}
+    values = {
+        "tail": TAIL_STAGES,
+        "first_stage_fraction": FIRST_STAGE_FRACTIONS,
+        "max_stage_bytes": _caps(default),
+        "tail_penalty": TAIL_PENALTIES,
+    }
+    out = []
+    for axis in AXES:
+        keys = tuple(k for k in axis if k not in fixed)
+        if keys:
+            combos = [()]
+            for k in keys:
+                combos = [(*c, v) for v in values[k] for c in combos]
+            out.append((keys, combos))
+    return out
+
+
+def _caps(default: dict) -> list:
+    """``max_stage_bytes`` values: None and the multiples of the stage cost."""
+    cost = default["stage_cost_bytes"]
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):
+        cost = 0  # no cap to scale (a bad value is the scheduler's to refuse)
+    return [None] + [int(k * cost) for k in STAGE_CAP_MULTIPLES if cost and k * cost >= 1]
 
 
 def _key(opts: dict) -> tuple:
@@ -92,9 +130,8 @@ def tune_fast(
     """Schedule ``traffic`` with every candidate option set (default:
     :func:`candidate_options`), model each with :func:`kernels.model.alltoallv.fast`, and
     return the fastest (the first, i.e. the default, on ties). Without ``candidates``, a
-    second round tries the tail positions :data:`TAIL_STAGES` on the first round's
-    :data:`TAIL_ROUND_BEST` fastest option sets that have a tail (unless ``fixed`` sets
-    ``tail``); its rows follow the first round's in ``candidates``."""
+    coordinate descent along :func:`descent_axes` follows from the fastest of them (never
+    varying a key of ``fixed``); its rows follow the first round's in ``candidates``."""
     import kernels.fast
 
     if gpus_per_node != fabric.gpus_per_node:
@@ -130,16 +167,34 @@ def tune_fast(
 
     for opts in cands:
         run(opts)
-    if candidates is None and "tail" not in (fixed or {}):
-        with_tail = [row for row in table if row["tail_bytes"]]  # others: nothing to move
-        ranked = sorted(with_tail, key=lambda row: row["time_us"])[:TAIL_ROUND_BEST]
-        for row in ranked:
-            for tail in TAIL_STAGES:
-                run({**row["options"], "tail": tail})
-    if candidates is None and "first_stage_fraction" not in (fixed or {}):
-        ranked = sorted(table, key=lambda row: row["time_us"])[:TAIL_ROUND_BEST]
-        for row in ranked:
-            for frac in FIRST_STAGE_FRACTIONS:
-                run({**row["options"], "first_stage_fraction": frac})
+    passes = 0
+    if candidates is None:
+        passes = _descend(run, table, lambda: best[0], descent_axes(fabric, fixed))
     opts, sched, tr, pred = best
-    return Tuned(dict(opts), sched, tr, pred, dict(first[0]), first[1], first[2], table)
+    return Tuned(dict(opts), sched, tr, pred, dict(first[0]), first[1], first[2], table, passes)
+
+
+def _descend(run, table: list[dict], fastest, axes: list[tuple[tuple, list]]) -> int:
+    """Coordinate descent (see the module docstring); returns the passes made.
+    ``run(opts)`` evaluates a set and appends its row to ``table``; ``fastest()`` is the
+    fastest set so far. A set already in ``table`` is not run again; the tail is not
+    moved on a set whose schedule has none (nothing to move: the same schedule)."""
+    rows = {_key(row["options"]): row for row in table}
+    for npass in range(1, MAX_PASSES + 1):
+        start = _key(fastest())
+        for keys, combos in axes:
+            here = fastest()
+            has_tail = rows[_key(here)]["tail_bytes"] > 0
+            for combo in combos:
+                opts = {k: v for k, v in here.items() if k not in keys}
+                opts.update(
+                    (k, v) for k, v in zip(keys, combo, strict=True) if _DEFAULTS.get(k, k) != v
+                )
+                if not has_tail and opts.get("tail", "last") != here.get("tail", "last"):
+                    continue
+                if _key(opts) not in rows:
+                    run(opts)
+                    rows[_key(opts)] = table[-1]
+        if _key(fastest()) == start:
+            return npass
+    return MAX_PASSES
