@@ -171,7 +171,7 @@ def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -
     fabric = fabric_from_profile("h200", stage_us=stage_us)
     print(f"## Strategy study: modelled time / lower bound, h200 (stage {fabric.stage_us:g} µs "
           f"+ alpha {fabric.nic_us:g} µs), {workload}@{SEED}, balancing as the plans do it")  # fmt: skip
-    names = [*STRATEGIES, "model-best (fast | balance-only | fanout)"]
+    names = [*STRATEGIES, "model-best (fast / balance-only / fanout)"]
     ratios: dict[str, dict] = {name: {} for name in names}
     stages: dict[str, dict] = {name: {} for name in names}
     for s in servers:
