@@ -98,30 +98,41 @@ def _nodes(nodes, gpn) -> str:
     return f"{int(nodes)}×{int(gpn)}" if not pd.isna(gpn) else f"{int(nodes)}"
 
 
+def _nodes_column(table: pd.DataFrame) -> list[str]:
+    return [_nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)]
+
+
+def _workload_column(table: pd.DataFrame) -> pd.Series:
+    return table["workload_key"].replace("", "-")
+
+
+def _size_column(table: pd.DataFrame) -> pd.Series:
+    return table["size_bytes"].map(binary_label)
+
+
+def _spread_column(table: pd.DataFrame, name: str) -> list[str]:
+    """``name`` with its ``name_low``-``name_high`` spread, as speed-ups."""
+    cols = (table[name], table[f"{name}_low"], table[f"{name}_high"])
+    return [_fmt_speedup(v, lo, hi) for v, lo, hi in zip(*cols, strict=True)]
+
+
 def present_best(table: pd.DataFrame) -> pd.DataFrame:
     """The best-implementation table with readable columns."""
     return pd.DataFrame(
         {
             "kind": table["kind"],
             "system": table["system"],
-            "nodes×GPUs": [
-                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
-            ],
+            "nodes×GPUs": _nodes_column(table),
             "backend": table["backend"],
             "collective": table["collective"],
-            "workload": table["workload_key"].replace("", "-"),
+            "workload": _workload_column(table),
             "dtype": table["dtype"],
-            "size": table["size_bytes"].map(binary_label),
+            "size": _size_column(table),
             "best": table["best"],
             "time (µs)": table["time_us"].map(_fmt_num),
             "busbw (GB/s)": table["busbw_GBps"].map(_fmt_num),
             "runner-up": table["runner_up"].fillna(""),
-            "lead (spread)": [
-                _fmt_speedup(v, lo, hi)
-                for v, lo, hi in zip(
-                    table["lead"], table["lead_low"], table["lead_high"], strict=True
-                )
-            ],
+            "lead (spread)": _spread_column(table, "lead"),
         }
     )
 
@@ -132,20 +143,13 @@ def present_speedups(table: pd.DataFrame) -> pd.DataFrame:
         {
             "kind": table["kind"],
             "system": table["system"],
-            "nodes×GPUs": [
-                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
-            ],
+            "nodes×GPUs": _nodes_column(table),
             "collective": table["collective"],
-            "workload": table["workload_key"].replace("", "-"),
-            "size": table["size_bytes"].map(binary_label),
+            "workload": _workload_column(table),
+            "size": _size_column(table),
             "impl": table["impl"],
             "over": table["baseline"],
-            "speed-up (spread)": [
-                _fmt_speedup(v, lo, hi)
-                for v, lo, hi in zip(
-                    table["speedup"], table["speedup_low"], table["speedup_high"], strict=True
-                )
-            ],
+            "speed-up (spread)": _spread_column(table, "speedup"),
         }
     )
 
@@ -154,12 +158,10 @@ def present_line_rates(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "system": table["system"],
-            "nodes×GPUs": [
-                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
-            ],
+            "nodes×GPUs": _nodes_column(table),
             "collective": table["collective"],
-            "workload": table["workload_key"].replace("", "-"),
-            "size": table["size_bytes"].map(binary_label),
+            "workload": _workload_column(table),
+            "size": _size_column(table),
             "best": table["best"],
             "busbw (GB/s)": table["busbw_GBps"].map(_fmt_num),
             "NIC line rate (GB/s)": table["line_rate_GBps"].map(lambda v: _fmt_num(v) or "unknown"),
@@ -172,13 +174,11 @@ def present_model_error(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "system": table["system"],
-            "nodes×GPUs": [
-                _nodes(n, g) for n, g in zip(table["nodes"], table["gpus_per_node"], strict=True)
-            ],
+            "nodes×GPUs": _nodes_column(table),
             "collective": table["collective"],
             "impl": table["series"],
-            "workload": table["workload_key"].replace("", "-"),
-            "size": table["size_bytes"].map(binary_label),
+            "workload": _workload_column(table),
+            "size": _size_column(table),
             "measured (µs)": table["measured_us"].map(_fmt_num),
             "modelled (µs)": table["modelled_us"].map(_fmt_num),
             "modelled / measured": table["ratio"].map(lambda v: f"{v:.2f}"),
@@ -233,9 +233,7 @@ def present_runs(runs: pd.DataFrame) -> pd.DataFrame:
             "system": runs["system"],
             "kind": runs["kind"],
             "backend": runs["backend"],
-            "nodes×GPUs": [
-                _nodes(n, g) for n, g in zip(runs["nodes"], runs["gpus_per_node"], strict=True)
-            ],
+            "nodes×GPUs": _nodes_column(runs),
             "records": runs["records"],
             "impls": runs["impls"],
             "started": runs["first"],
