@@ -188,7 +188,9 @@ def _descend(run, table: list[dict], fastest, axes: list[tuple[tuple, list]]) ->
             for combo in combos:
                 opts = {k: v for k, v in here.items() if k not in keys}
                 opts.update(
-                    (k, v) for k, v in zip(keys, combo, strict=True) if _DEFAULTS.get(k, k) != v
+                    (k, v)
+                    for k, v in zip(keys, combo, strict=True)
+                    if not (k in _DEFAULTS and _DEFAULTS[k] == v)
                 )
                 if not has_tail and opts.get("tail", "last") != here.get("tail", "last"):
                     continue

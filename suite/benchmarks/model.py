@@ -118,17 +118,18 @@ def targets(servers: int = 40) -> bool:
         o = {k: v for k, v in tuned.options.items() if k != "stage_cost_bytes"}
         print(f"  {size // MiB:4d} MiB {stage_us:4g} µs  {o}  "
               f"({len(tuned.candidates)} candidates, {secs:.2f} s)")  # fmt: skip
-    print("\nOther laws, FAST time/lb at 256 MiB per GPU, scheduler defaults -> model-tuned "
-          "(2 µs / 10 µs per stage):")  # fmt: skip
-    for law in ("uniform", "moe:64,6", "random", "hotspot"):
-        d = generate(law, servers * 8, 256 * MiB, seed=SEED)
+    print("\nOther laws and seeds, FAST time/lb at 256 MiB per GPU, scheduler defaults -> "
+          "model-tuned (2 µs / 10 µs per stage):")  # fmt: skip
+    others = [(law, SEED) for law in ("uniform", "moe:64,6", "random", "hotspot")]
+    for law, seed in [*others, (WORKLOAD, SEED + 1), (WORKLOAD, SEED + 2)]:
+        d = generate(law, servers * 8, 256 * MiB, seed=seed)
         got = []
         for stage_us in (2.0, 10.0):
             fabric = fabric_from_profile("h200", stage_us=stage_us)
             t = tune.tune_fast(d, 8, fabric)
             got.append(f"{t.default_time_us / t.prediction.lower_bound_us:.3f} -> "
                        f"{t.prediction.time_over_lb:.3f}")  # fmt: skip
-        print(f"  {law:10s} {' / '.join(got)}")
+        print(f"  {f'{law}@{seed}':12s} {' / '.join(got)}")
     print(
         "(prologue: step 0, the first stage's lending; fixed: K x (stage + alpha); "
         "epilogue: from the last stage's end (the tail, its drain, the last "
