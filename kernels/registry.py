@@ -6,6 +6,12 @@ region whenever the buffers or the traffic change, and ``run(case)`` for each ti
 An optional ``info()`` returns extra fields for the result record (schedule synthesis
 time, stage count, extra memory, ...).
 
+What an implementation supports is data here, so the driver and the job renderer refuse
+the same things with the same line (:func:`support_problem`): its backends, the element
+types it takes on a GPU (``gpu_dtypes``), whether a call can be captured in a CUDA graph
+(``capturable``: no host synchronisation or host-side work inside ``run``), and the
+environment it needs before the device is opened (``env``).
+
 Plug-ins are found by importing every module under :mod:`kernels` (see
 :func:`load_plugins`), so adding an implementation means adding one module.
 """
@@ -14,10 +20,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 ALL_BACKENDS = ("cpu", "cuda", "rocm")
+GPU_BACKENDS = ("cuda", "rocm")
+#: Backends where CuPy can capture a stream into a graph (HIP graph capture is not in CuPy).
+GRAPH_BACKENDS = ("cuda",)
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,35 @@ class ImplSpec:
     factory: Callable
     backends: tuple[str, ...]
     summary: str
+    #: element types (``kernels.dtypes.dtype_name``) taken on cuda/rocm; None: all
+    gpu_dtypes: tuple[str, ...] | None = None
+    #: False when ``run`` synchronises with or works on the host (a graph would replay
+    #: nothing, or the host work once)
+    capturable: bool = True
+    #: environment set before the device is opened (e.g. hardware queue count)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def support_problem(
+        self, backend: str, dtype: str | None = None, graph: bool = False
+    ) -> str | None:
+        """Why this implementation cannot run as asked (one line), or None."""
+        what = f"implementation {self.name!r} ({self.collective})"
+        if backend not in self.backends:
+            return f"{what} does not run on backend {backend!r} (it runs on {', '.join(self.backends)})"
+        if (
+            dtype
+            and backend in GPU_BACKENDS
+            and self.gpu_dtypes is not None
+            and dtype not in self.gpu_dtypes
+        ):
+            return (
+                f"{what} does not take {dtype} on {backend} (it takes {', '.join(self.gpu_dtypes)})"
+            )
+        if graph and backend not in GRAPH_BACKENDS:
+            return f"-G (graph capture) is not available on backend {backend!r} (CuPy captures graphs on cuda only)"
+        if graph and not self.capturable:
+            return f"{what} cannot be captured in a graph (its calls synchronise with or work on the host): run it without -G"
+        return None
 
 
 _REGISTRY: dict[tuple[str, str], ImplSpec] = {}
@@ -34,16 +72,32 @@ _loaded = False
 
 
 def register(
-    collective: str, name: str, backends: tuple[str, ...] = ALL_BACKENDS
+    collective: str,
+    name: str,
+    backends: tuple[str, ...] = ALL_BACKENDS,
+    *,
+    gpu_dtypes: tuple[str, ...] | None = None,
+    capturable: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> Callable[[type], type]:
-    """Class decorator: make ``cls`` the implementation ``name`` of ``collective``."""
+    """Class decorator: make ``cls`` the implementation ``name`` of ``collective``
+    (keywords: see :class:`ImplSpec`)."""
 
     def wrap(cls: type) -> type:
         key = (collective, name)
         if key in _REGISTRY and _REGISTRY[key].factory is not cls:
             raise RuntimeError(f"implementation {collective}/{name} registered twice")
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[key] = ImplSpec(collective, name, cls, tuple(backends), summary)
+        _REGISTRY[key] = ImplSpec(
+            collective,
+            name,
+            cls,
+            tuple(backends),
+            summary,
+            None if gpu_dtypes is None else tuple(gpu_dtypes),
+            capturable,
+            dict(env or {}),
+        )
         return cls
 
     return wrap

@@ -155,12 +155,14 @@ def make_config(args: argparse.Namespace) -> Config:
         spec = lookup(coll, args.impl)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    if args.backend not in spec.backends:
-        raise UsageError(
-            f"implementation {args.impl!r} does not run on backend {args.backend!r} "
-            f"(it runs on {', '.join(spec.backends)})"
-        )
     dtype = parse_dtype(args.datatype)
+    if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
+        raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
+    problem = spec.support_problem(
+        args.backend, dtype_name(dtype) if coll == "allreduce" else None, args.cudagraph > 0
+    )
+    if problem:
+        raise UsageError(problem)
     if args.op not in OPS:
         raise UsageError(f"unknown reduction -o {args.op!r}: choose one of {', '.join(OPS)}")
     step = parse_size(args.stepbytes)
@@ -179,8 +181,6 @@ def make_config(args: argparse.Namespace) -> Config:
     average = args.average if args.average is not None else collectives.DEFAULT_TIME_REDUCTION[coll]
     if average not in metrics.TIME_REDUCTIONS:
         raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
-    if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
-        raise UsageError("-G (graph capture) needs --backend cuda or rocm and a count >= 1")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
     if args.watchdog < 0:
@@ -263,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         return list_implementations(args.collective)
     cfg = make_config(args)
+    if cfg.backend != "cpu":  # before the device is opened: CUDA reads it at context creation
+        os.environ.update(lookup(cfg.collective, cfg.impl).env)
     check_backend_available(cfg.backend)
     from mpi4py import MPI
 
@@ -327,8 +329,14 @@ class Sweep:
             "time_reduction": cfg.time_reduction,
             "modelled": False,
             "versions": results.versions(info),
-            "env": results.captured_env(),
+            # with what the driver set for the implementation (ImplSpec.env) on a GPU
+            "env": {**results.captured_env(), **self._impl_env()},
         }
+
+    def _impl_env(self) -> dict:
+        if self.cfg.backend == "cpu":
+            return {}
+        return {k: os.environ.get(k, "") for k in lookup(self.cfg.collective, self.cfg.impl).env}
 
     # ------------------------------------------------------------ points
 

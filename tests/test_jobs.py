@@ -167,7 +167,7 @@ def test_profile_validation_names_file_and_key(tmp_path):
 def test_experiments_are_the_papers_sweeps():
     exps = jobs.load_experiments()
     assert {"nvrar-paper", "fast-paper", "interconnect"} <= set(exps)
-    (nv,) = exps["nvrar-paper"].steps
+    nv, nv_mpi = exps["nvrar-paper"].steps
     assert (nv.collective, nv.dtype, nv.min, nv.max, nv.warmup, nv.iters) == (
         "allreduce",
         "bf16",
@@ -176,8 +176,11 @@ def test_experiments_are_the_papers_sweeps():
         200,
         1000,
     )
-    assert {"nvrar", "nccl", "mpi"} <= set(nv.impls["cuda"])
-    assert {"nvrar", "rccl", "mpi"} <= set(nv.impls["rocm"])
+    assert {"nvrar", "nccl"} <= set(nv.impls["cuda"]) and "mpi" in nv.impls["cpu"]
+    assert {"nvrar", "rccl"} <= set(nv.impls["rocm"])
+    # MPI's GPU baseline: fp32 at the same sizes (no 16-bit device reduction in MPI)
+    assert (nv_mpi.dtype, nv_mpi.min, nv_mpi.max, nv_mpi.iters) == ("float32", "64K", "2M", 1000)
+    assert nv_mpi.impls == {"cuda": ("mpi",), "rocm": ("mpi",)}
     (fa,) = exps["fast-paper"].steps
     assert fa.collective == "alltoallv" and "zipf:0.1" in fa.workload and "0.99" in fa.workload
     assert {"fast", "fanout", "spreadout", "mpi", "balance-only"} <= set(fa.impls["cuda"])
@@ -539,6 +542,29 @@ def test_render_with_the_real_registry_runs_only_registered():
     for run in job.runs:
         assert "cpu" in available[(run.collective, run.impl)]
     assert job.runs
+
+
+@pytest.mark.parametrize("system", ["h200", "perlmutter", "vista", "mi300x"])
+def test_every_experiment_step_is_supported_on_gpu_systems(system):
+    """Each run an experiment renders for a GPU system passes the registry's own check
+    (backend, element type on the GPU) - the one the driver makes before it starts."""
+    from kernels.registry import lookup
+    from suite.backends.dtypes import dtype_name, parse_dtype
+
+    profile = jobs.load_profile(system)
+    assert profile.backend in ("cuda", "rocm")
+    available = jobs.registered_implementations()
+    for name in jobs.load_experiments():
+        job = render(system, 2, experiment=name, available=available)
+        assert job.runs, f"{name} runs nothing on {system}"
+        for run in job.runs:
+            args = list(run.args)
+            dtype = args[args.index("-d") + 1] if "-d" in args else "float"
+            problem = lookup(run.collective, run.impl).support_problem(
+                profile.backend,
+                dtype_name(parse_dtype(dtype)) if run.collective == "allreduce" else None,
+            )
+            assert problem is None, f"{name} on {system}: {problem}"
 
 
 def test_custom_experiment_checks_implementations():

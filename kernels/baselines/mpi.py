@@ -1,46 +1,141 @@
 """The MPI library's own collectives through mpi4py (``MPI_Allreduce``, ``MPI_Alltoall(v)``).
 
-On GPU backends the device buffers go straight to MPI, which needs a CUDA/ROCm-aware MPI
-(Cray MPICH with ``MPICH_GPU_SUPPORT_ENABLED=1``, Open MPI built with UCX/CUDA).
+On GPU backends the device buffers go straight to MPI when the library says it takes
+device pointers (Cray MPICH with ``MPICH_GPU_SUPPORT_ENABLED=1``, Open MPI or MPICH built
+with CUDA/ROCm: :func:`mpi_gpu_support`); otherwise every call stages them through host
+memory (a copy each way, inside the timed call) and ``info()`` says so in the record. A
+PyPI Open MPI wheel is built without CUDA support: handing it a device pointer crashes.
 """
 
 from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
 
 import numpy as np
 
 from kernels.cases import AllreduceCase, AlltoallvCase
 from kernels.registry import register
 
+#: ``MPIX_GPU_query_support``'s gpu_type (MPICH's mpi.h: CUDA 0, ZE 1, HIP 2).
+_MPICH_GPU_TYPE = {"cuda": 0, "rocm": 2}
+#: 16-bit floats have no MPI datatype; a user reduction would run on device pointers.
+GPU_DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 
-@register("allreduce", "mpi")
-class MpiAllreduce:
-    """MPI_Allreduce (mpi4py), user-defined reduction for fp16/bf16 on the host."""
 
+def loaded_libmpi() -> Any:
+    """The MPI library this process loaded (through mpi4py), as a ``ctypes.CDLL``."""
+    from mpi4py import MPI  # noqa: F401  (loads libmpi)
+
+    with open("/proc/self/maps") as fh:
+        paths = {line.split()[-1] for line in fh if "/libmpi" in line and ".so" in line}
+    for path in sorted(paths, key=len):
+        name = os.path.basename(path)
+        if name.startswith(("libmpi.so", "libmpi_")):  # not libmpi_mpifh / libmpi_cxx
+            return ctypes.CDLL(path)
+    return ctypes.CDLL(None)
+
+
+def mpi_gpu_support(flavour: str, lib: Any = None, environ: Any = None) -> tuple[bool, str]:
+    """(whether MPI takes ``flavour`` ('cuda'/'rocm') device buffers, how that was decided).
+
+    Asks the library (Open MPI's ``MPIX_Query_cuda_support`` / ``MPIX_Query_rocm_support``,
+    MPICH's ``MPIX_GPU_query_support``), then Cray MPICH's ``MPICH_GPU_SUPPORT_ENABLED``;
+    anything else counts as not GPU-aware (staging is slower, never wrong)."""
+    lib = loaded_libmpi() if lib is None else lib
+    environ = os.environ if environ is None else environ
+    query = getattr(lib, f"MPIX_Query_{flavour}_support", None)
+    if query is not None:
+        query.restype = ctypes.c_int
+        value = int(query())
+        return value == 1, f"MPIX_Query_{flavour}_support() = {value}"
+    by_type = getattr(lib, "MPIX_GPU_query_support", None)
+    if by_type is not None:
+        flag = ctypes.c_int(0)
+        by_type.restype = ctypes.c_int
+        by_type(ctypes.c_int(_MPICH_GPU_TYPE[flavour]), ctypes.byref(flag))
+        return flag.value == 1, f"MPIX_GPU_query_support({flavour}) = {flag.value}"
+    if environ.get("MPICH_GPU_SUPPORT_ENABLED") == "1":
+        return True, "MPICH_GPU_SUPPORT_ENABLED=1"
+    return False, "no GPU-support query in the MPI library"
+
+
+class _Buffers:
+    """Where MPI reads and writes: the case's own buffers, or host copies of device ones."""
+
+    def __init__(self, transport) -> None:
+        self.t = transport
+        if transport.name == "cpu":
+            self.staged, self.how = False, "host buffers"
+        else:
+            aware, how = mpi_gpu_support(transport.name)
+            self.staged, self.how = not aware, how
+        self._pairs: tuple = ()
+
+    def bind(self, send, recv) -> tuple[Any, Any]:
+        """The (send, recv) buffers to give MPI for this case."""
+        if not self.staged:
+            return send, recv
+        hsend, hrecv = np.empty(send.shape, send.dtype), np.empty(recv.shape, recv.dtype)
+        self._pairs = (send, hsend, recv, hrecv)
+        return hsend, hrecv
+
+    def before(self) -> None:
+        """Wait for the device work that produced the send buffer (and copy it out)."""
+        if self.staged:
+            send, hsend, _, _ = self._pairs
+            send.get(out=hsend, stream=self.t.stream)  # blocking: syncs the stream
+        else:
+            self.t.synchronize()
+
+    def after(self) -> None:
+        if self.staged:
+            _, _, recv, hrecv = self._pairs
+            recv.set(hrecv, stream=self.t.stream)
+
+    def info(self) -> dict:
+        where = "staged through host memory" if self.staged else "given to MPI directly"
+        return {"mpi_buffers": f"{where} ({self.how})"}
+
+
+class _Mpi:
     def __init__(self, transport, params: dict) -> None:
         self.transport = transport
+        self.buffers = _Buffers(transport)
+
+    def info(self) -> dict:
+        return self.buffers.info()
+
+
+@register("allreduce", "mpi", gpu_dtypes=GPU_DTYPES, capturable=False)
+class MpiAllreduce(_Mpi):
+    """MPI_Allreduce (mpi4py), user-defined reduction for fp16/bf16 on the host."""
 
     def setup(self, case: AllreduceCase) -> None:
+        from kernels.dtypes import dtype_name
         from kernels.mpitypes import mpi_type_and_op
 
-        if self.transport.name != "cpu" and case.dtype.itemsize == 2:
+        if self.transport.name != "cpu" and dtype_name(case.dtype) not in GPU_DTYPES:
             raise ValueError(
                 "MPI has no device reduction for 16-bit floats: use -d float32 with "
                 "--impl mpi on a GPU backend"
             )
         self._datatype, self._op = mpi_type_and_op(case.dtype, case.op)
         self._comm = self.transport.topo.world
+        self._send, self._recv = self.buffers.bind(case.send, case.recv)
 
     def run(self, case: AllreduceCase) -> None:
-        self.transport.synchronize()
-        self._comm.Allreduce([case.send, self._datatype], [case.recv, self._datatype], op=self._op)
+        self.buffers.before()
+        self._comm.Allreduce(
+            [self._send, self._datatype], [self._recv, self._datatype], op=self._op
+        )
+        self.buffers.after()
 
 
-@register("alltoall", "mpi")
-class MpiAlltoall:
+@register("alltoall", "mpi", capturable=False)
+class MpiAlltoall(_Mpi):
     """MPI_Alltoall (mpi4py): equal blocks to every rank."""
-
-    def __init__(self, transport, params: dict) -> None:
-        self.transport = transport
 
     def setup(self, case: AlltoallvCase) -> None:
         from mpi4py import MPI
@@ -49,26 +144,27 @@ class MpiAlltoall:
         if counts.size > 1:
             raise ValueError("alltoall needs uniform traffic: use alltoallv for a workload")
         self._byte = MPI.BYTE
+        self._send, self._recv = self.buffers.bind(case.send, case.recv)
 
     def run(self, case: AlltoallvCase) -> None:
-        self.transport.synchronize()
-        self.transport.topo.world.Alltoall([case.send, self._byte], [case.recv, self._byte])
+        self.buffers.before()
+        self.transport.topo.world.Alltoall([self._send, self._byte], [self._recv, self._byte])
+        self.buffers.after()
 
 
-@register("alltoallv", "mpi")
-class MpiAlltoallv:
+@register("alltoallv", "mpi", capturable=False)
+class MpiAlltoallv(_Mpi):
     """MPI_Alltoallv (mpi4py) on byte buffers."""
-
-    def __init__(self, transport, params: dict) -> None:
-        self.transport = transport
 
     def setup(self, case: AlltoallvCase) -> None:
         from mpi4py import MPI
 
         byte = MPI.BYTE
-        self._send = [case.send, (case.sendcounts, case.sdispls), byte]
-        self._recv = [case.recv, (case.recvcounts, case.rdispls), byte]
+        send, recv = self.buffers.bind(case.send, case.recv)
+        self._send = [send, (case.sendcounts, case.sdispls), byte]
+        self._recv = [recv, (case.recvcounts, case.rdispls), byte]
 
     def run(self, case: AlltoallvCase) -> None:
-        self.transport.synchronize()
+        self.buffers.before()
         self.transport.topo.world.Alltoallv(self._send, self._recv)
+        self.buffers.after()

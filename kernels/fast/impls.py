@@ -119,7 +119,7 @@ class Fast(_Fast):
     """FAST: balancing, rail-aligned BvN stages, pipelined redistribution (schedule in setup)."""
 
 
-@register("alltoallv", "fast+sched")
+@register("alltoallv", "fast+sched", capturable=False)
 class FastSched(_Fast):
     """FAST with the schedule recomputed inside every call (MoE training's case)."""
 

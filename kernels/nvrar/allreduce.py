@@ -56,7 +56,13 @@ def parse_params(params: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-@register("allreduce", "nvrar", backends=("cpu", "cuda"))
+#: NVRAR's chunk streams each need a hardware queue: with ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+#: (H200/Perlmutter profiles, for NCCL) a chunk's next put queues behind its spinning
+#: receive kernel and every later chunk's work behind that, so the chunks serialise.
+GPU_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+
+
+@register("allreduce", "nvrar", backends=("cpu", "cuda"), env=GPU_ENV)
 class Nvrar:
     """NVRAR: intra-node reduce-scatter, inter-node LL8 recursive doubling, all-gather."""
 

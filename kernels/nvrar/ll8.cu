@@ -69,35 +69,59 @@ template <> struct Bits<__nv_bfloat16> {
   static __device__ __forceinline__ u32 put(__nv_bfloat16 v) { return (u32)__bfloat16_as_ushort(v); }
 };
 
-// OP: 0 sum, 1 prod, 2 max, 3 min. max/min propagate NaN like numpy.
-template <int OP, typename F> __device__ __forceinline__ F apply(F a, F b) {
-  if (OP == 0) return a + b;
-  if (OP == 1) return a * b;
-  if (OP == 2) return (a > b || a != a) ? a : b;
-  return (a < b || a != a) ? a : b;
+// fp32 arithmetic that keeps subnormals. CuPy appends -ftz=true to every NVRTC compile,
+// after our options, so a plain a + b, a * b or a > b becomes add/mul/setp.ftz.f32 and
+// flushes subnormal inputs and results to zero; numpy (the CPU reference, reduce.py)
+// does not. Inline PTX without .ftz is not rewritten by the flag.
+__device__ __forceinline__ float add_rn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ bool greater(float a, float b) {  // a > b, subnormals kept
+  u32 r;
+  asm("{\n .reg .pred p;\n setp.gt.f32 p, %1, %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(r)
+      : "f"(a), "f"(b));
+  return r != 0u;
+}
+__device__ __forceinline__ bool is_nan(float a) { return (__float_as_uint(a) & 0x7FFFFFFFu) > 0x7F800000u; }
+
+// OP: 0 sum, 1 prod, 2 max, 3 min. max/min propagate NaN like numpy (ties give b).
+template <int OP> __device__ __forceinline__ float apply(float a, float b) {
+  if (OP == 0) return add_rn(a, b);
+  if (OP == 1) return mul_rn(a, b);
+  if (OP == 2) return (greater(a, b) || is_nan(a)) ? a : b;
+  return (greater(b, a) || is_nan(a)) ? a : b;
 }
 
 template <typename T, int OP> struct Combine {  // 16-bit floats: fp32 op, one rounding
   static __device__ __forceinline__ T run(T a, T b);
 };
 template <int OP> struct Combine<float, OP> {
-  static __device__ __forceinline__ float run(float a, float b) { return apply<OP, float>(a, b); }
+  static __device__ __forceinline__ float run(float a, float b) { return apply<OP>(a, b); }
 };
 template <int OP> struct Combine<int, OP> {  // sum/prod wrap modulo 2^32 like MPI and numpy
   static __device__ __forceinline__ int run(int a, int b) {
     if (OP == 0) return (int)((u32)a + (u32)b);
     if (OP == 1) return (int)((u32)a * (u32)b);
-    return apply<OP, int>(a, b);
+    if (OP == 2) return a > b ? a : b;
+    return a < b ? a : b;
   }
 };
 template <int OP> struct Combine<__half, OP> {
   static __device__ __forceinline__ __half run(__half a, __half b) {
-    return __float2half_rn(apply<OP, float>(__half2float(a), __half2float(b)));
+    return __float2half_rn(apply<OP>(__half2float(a), __half2float(b)));
   }
 };
 template <int OP> struct Combine<__nv_bfloat16, OP> {
   static __device__ __forceinline__ __nv_bfloat16 run(__nv_bfloat16 a, __nv_bfloat16 b) {
-    return __float2bfloat16_rn(apply<OP, float>(__bfloat162float(a), __bfloat162float(b)));
+    return __float2bfloat16_rn(apply<OP>(__bfloat162float(a), __bfloat162float(b)));
   }
 };
 

@@ -110,6 +110,6 @@ echo "calibration: network OK ($CALIBRATION_PATTERN)"
 
 run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
 run_step 02-allreduce-rccl "$PYTHON" -m suite run allreduce --impl rccl --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
-run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/mi300x/golden/results.jsonl
 run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
 run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
