@@ -30,7 +30,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export MPIEXEC
 
-.PHONY: install run test bench gpu-check figures report slurm jobs lint clean
+.PHONY: install run test bench gpu-wheels gpu-check figures report slurm jobs lint clean
 
 install: $(VENV)/.installed
 
@@ -52,11 +52,17 @@ bench: install
 	  m=$$(basename $$b .py); [ $$m = harness ] && continue; \
 	  echo "== make bench: $$m"; $(PY) -m suite.benchmarks.$$m || exit 1; done
 
-# On a GPU machine: installs the GPU extra (GPU_EXTRA=cuda or rocm) unless CuPy is there.
-GPU_EXTRA ?= cuda
-gpu-check: install
-	$(PY) -c "import cupy" 2>/dev/null || $(PY) -m pip install -q -e ".[$(GPU_EXTRA)]"
-	$(PY) -m suite.gpucheck
+# The one-GPU check (tools/gpu-check.sh). `make gpu-wheels` (network; GPU_CUDA=13 or 12)
+# puts the wheels a GPU machine lacks into .gpu-wheels/; `make gpu-check` installs from
+# there into .gpu-venv/ (the machine's own CuPy, mpi4py, numpy stay) and writes
+# GPU_OUT/summary.{json,txt}. OFFLINE=1: never fetch.
+GPU_CUDA ?= 13
+GPU_OUT ?= results/gpucheck
+gpu-wheels:
+	PYTHON=$(PYTHON) bash tools/gpu-check.sh fetch --cuda $(GPU_CUDA)
+
+gpu-check:
+	OFFLINE=$(OFFLINE) GPU_CUDA=$(GPU_CUDA) PYTHON=$(PYTHON) bash tools/gpu-check.sh run $(GPU_OUT)
 
 figures: install
 	$(PY) -m analysis figures results -o results/figures

@@ -3,3 +3,8 @@
 
 class UsageError(ValueError):
     """Bad input from the user: the message says what is wrong and how to fix it."""
+
+
+class NotApplicable(Exception):
+    """A GPU check that has nothing to test on this machine (e.g. NVSHMEM on a ROCm GPU);
+    the message says why."""

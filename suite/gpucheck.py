@@ -1,33 +1,131 @@
-"""``make gpu-check``: one prepared script for a machine with one or more NVIDIA/AMD GPUs.
+"""``make gpu-check``: every GPU check of the suite, each in its own process with a timeout.
 
-Each check is a function returning a dict of numbers; a failing check is recorded with its
-error and the script goes on. The log and ``gpucheck.json`` go under ``$OUT`` when it is
-set (else ``results/gpucheck``). Exit status 1 if any check failed.
+``python -m suite.gpucheck OUT_DIR`` runs the checks below and writes, after each one,
+``OUT_DIR/summary.json`` and ``OUT_DIR/summary.txt``: every check ``ok``, ``failed`` (with
+the error: an exception, a crash, a timeout, or the time budget spent before it could
+start) or ``not applicable`` (with the reason, e.g. NVSHMEM on a ROCm GPU). A check that
+hangs is killed at its timeout and the next one runs; the whole run stays within
+``--budget`` seconds (default 330, under six minutes with start-up). Exit status 1 if any
+check failed, 2 for a usage error.
 
-Checks: CuPy buffers and event timing; the ``cuda``/``rocm`` transport on one rank (NCCL
-communicators, all-reduce, reduce-scatter, all-gather, grouped send/recv to self); NVRAR's
-LL8 cell kernels against the CPU code and nvshmem4py on one PE; the FAST executor's device
-copies and send/recv groups; and the ``commbench run`` driver end to end on the GPU
-backend for every implementation registered for it (one rank, ``nwrong`` must be 0).
+Checks, in order: the environment (CuPy, device, NCCL/RCCL, MPI and whether it takes device
+buffers, nvshmem4py); CuPy copies and event timing; the GPU transport on one rank; NVRAR's
+LL8 kernels bit for bit with subnormal inputs, and their speed as a fraction of a device
+copy; nvshmem4py on one PE; ``NvshmemRail.run`` on one PE looped back to itself (2 and 4
+rail nodes), also captured in a CUDA graph; two ranks on the one GPU (NCCL, NVSHMEM, the
+rail between two PEs); FAST's executor; then ``commbench run`` for every implementation
+registered for the backend, and again with ``-G`` (graph capture) for every capturable one.
+The ``commbench run`` checks are correctness checks (``#wrong`` must be 0) and run up to
+``--jobs`` at a time: their timings are not measurements.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from suite.errors import NotApplicable, UsageError
+from suite.launch import find_mpiexec, local_env
 
-def _backend() -> str:
+OK, FAILED, NOT_APPLICABLE = "ok", "failed", "not applicable"
+DEFAULT_BUDGET_S = 330.0
+#: A check is not started with less than this left of the budget.
+MIN_START_S = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: a function (``module:name``, run in a worker process on ``ranks`` ranks)
+    or a command (``argv``, passes when it exits 0); ``skip`` makes it not applicable."""
+
+    name: str
+    timeout_s: float
+    func: str | None = None
+    argv: tuple[str, ...] = ()
+    ranks: int = 1
+    skip: str | None = None
+    concurrent: bool = False  # may run next to other concurrent checks
+
+
+@dataclass
+class Result:
+    name: str
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+    details: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the checks (in a worker)
+
+
+def gpu_backend() -> tuple[str | None, str]:
+    """('cuda' | 'rocm' | None, why not) from the installed CuPy, without opening a device."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CuPy that cannot load its CUDA libraries
+        return None, f"CuPy cannot be imported: {exc!r}"
+    return ("rocm" if getattr(cupy.cuda.runtime, "is_hip", False) else "cuda"), ""
+
+
+def check_environment() -> dict:
+    """What this machine offers: CuPy and the device, NCCL/RCCL, MPI and whether it takes
+    device buffers, nvshmem4py, mpiexec."""
     import cupy
+    from mpi4py import MPI
 
-    return "rocm" if getattr(cupy.cuda.runtime, "is_hip", False) else "cuda"
+    from kernels.baselines.mpi import mpi_gpu_support
+    from suite.backends.gpu import gpu_unavailable_reason
+
+    backend, why = gpu_backend()
+    reason = why or gpu_unavailable_reason(backend)
+    if reason:
+        raise RuntimeError(f"no usable GPU backend: {reason}")
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    from cupy.cuda import nccl
+
+    out = {
+        "backend": backend,
+        "device": name,
+        "devices": cupy.cuda.runtime.getDeviceCount(),
+        "cupy": cupy.__version__,
+        "runtime": cupy.cuda.runtime.runtimeGetVersion(),
+        "driver": cupy.cuda.runtime.driverGetVersion(),
+        "nccl": nccl.get_version(),
+        "mpi": MPI.Get_library_version().splitlines()[0],
+        "mpi_takes_device_buffers": list(mpi_gpu_support(backend)),
+        "mpiexec": find_mpiexec(),
+        "python": sys.version.split()[0],
+    }
+    out["nvshmem4py"] = _installed("nvshmem4py-cu13", "nvshmem4py-cu12")
+    return out
+
+
+def _installed(*dists: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in dists:
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            pass
+    return "not installed"
 
 
 def check_cupy_events() -> dict:
@@ -58,7 +156,7 @@ def check_transport() -> dict:
     from suite.topology import Topology
 
     topo = Topology.create(gpus_per_node=1)
-    t = create_transport(_backend(), topo)
+    t = create_transport(gpu_backend()[0], topo)
     out = {"describe": t.describe()}
     n = 1 << 20
     x = t.from_host(np.arange(n, dtype=np.float32))
@@ -76,12 +174,13 @@ def check_transport() -> dict:
     t.synchronize()
     assert bool((recvbuf == sendbuf).all()), "send/recv to self lost bytes"
     reps = 50
-    t0 = time.perf_counter()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(t.stream)
     for _ in range(reps):
         t.allreduce(x, y)
-    t.synchronize()
-    out["allreduce_4MiB_us"] = (time.perf_counter() - t0) / reps * 1e6
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    stop.record(t.stream)
+    stop.synchronize()
+    out["allreduce_4MiB_us"] = cupy.cuda.get_elapsed_time(start, stop) / reps * 1e3
     start.record(t.stream)
     for _ in range(reps):
         t.exchange([(0, sendbuf)], [(0, recvbuf)])
@@ -92,77 +191,256 @@ def check_transport() -> dict:
     return out
 
 
-def check_driver() -> dict:
-    """``commbench run`` on the GPU backend, every registered implementation, one rank."""
-    from kernels.registry import implementations
-
-    backend = _backend()
-    out_file = Path(os.environ.get("OUT") or "results/gpucheck") / "gpucheck-runs.jsonl"
-    summary = {}
-    for spec in implementations():
-        if backend not in spec.backends:
-            continue
-        args = [sys.executable, "-m", "suite", "run", spec.collective, "--impl", spec.name,
-                "--backend", backend, "--gpus-per-node", "1", "-b", "8K", "-e", "8M", "-f", "4",
-                "-n", "20", "-w", "5", "--out", str(out_file)]  # fmt: skip
-        if spec.collective == "allreduce":
-            args += ["-d", "bf16" if spec.name != "mpi" else "float"]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-        summary[f"{spec.collective}/{spec.name}"] = {
-            "exit": proc.returncode,
-            "table": proc.stdout.splitlines()[-12:],
-            "stderr": proc.stderr[-2000:],
-        }
-    bad = [k for k, v in summary.items() if v["exit"] != 0]
-    assert not bad, f"driver failed for {bad}"
-    return summary
-
-
-def check_nvrar_kernels() -> dict:
-    """NVRAR's LL8 cell kernels bit for bit against the CPU code, and their bandwidth."""
-    from suite.benchmarks.nvrar import check_ll8_kernels
-
-    return check_ll8_kernels()
-
-
-def check_nvshmem() -> dict:
-    """nvshmem4py initialised on one PE (from mpi4py), a symmetric buffer, a put to self."""
-    from suite.benchmarks.nvrar import check_nvshmem_one_pe
-
-    return check_nvshmem_one_pe()
-
-
 def check_fast_executor() -> dict:
-    """FAST's executor on one GPU: a plan's NCCL/RCCL send/recv groups (world, node and
-    rail communicators, to self) and device copies; fast, fast+sched, balance-only and
-    spreadout through the GPU transport, byte-exact, with event-timed calls."""
+    """FAST's executor on one GPU: a plan's NCCL/RCCL send/recv groups and device copies;
+    fast, fast+sched, balance-only and spreadout through the GPU transport, byte-exact."""
     from kernels.fast.device_check import check_executor_on_one_gpu
 
-    return check_executor_on_one_gpu(_backend())
+    return check_executor_on_one_gpu(gpu_backend()[0])
 
 
-CHECKS = [check_cupy_events, check_transport, check_nvrar_kernels, check_nvshmem,
-          check_fast_executor, check_driver]  # fmt: skip
+# ---------------------------------------------------------------- the list
 
 
-def main() -> int:
-    folder = Path(os.environ.get("OUT") or "results/gpucheck")
-    folder.mkdir(parents=True, exist_ok=True)
-    report, failed = {}, []
-    for check in CHECKS:
-        name = check.__name__
-        t0 = time.perf_counter()
+def driver_checks(backend: str, out_file: Path) -> list[Check]:
+    """``commbench run`` of every registered implementation on ``backend`` (one rank), and
+    with ``-G 4`` for every capturable one; the rest listed as not applicable."""
+    from kernels.registry import GRAPH_BACKENDS, implementations
+
+    checks = []
+    for spec in implementations():
+        key = f"{spec.collective}/{spec.name}"
+        argv = (sys.executable, "-m", "suite", "run", spec.collective, "--impl", spec.name,
+                "--backend", backend, "--gpus-per-node", "1", "-b", "64K", "-e", "4M",
+                "-f", "8", "-n", "8", "-w", "2", "--watchdog", "60", "--out", str(out_file))  # fmt: skip
+        if spec.collective == "allreduce":
+            dtype = "bf16" if spec.gpu_dtypes is None or "bfloat16" in spec.gpu_dtypes else "float"
+            argv += ("-d", dtype)
+        problem = spec.support_problem(backend)
+        checks.append(Check(f"run {key}", 90, argv=argv, skip=problem, concurrent=True))
+        graph = problem or spec.support_problem(backend, graph=True)
+        if backend not in GRAPH_BACKENDS:
+            graph = f"CuPy has no graph capture on {backend}"
+        checks.append(Check(f"graph {key}", 90, argv=(*argv, "-G", "4"), skip=graph, concurrent=True))  # fmt: skip
+    return checks
+
+
+def all_checks(backend: str | None, out_dir: Path) -> list[Check]:
+    nv = "kernels.nvrar.device_check"
+    checks = [
+        Check("environment", 60, func="suite.gpucheck:check_environment"),
+        Check("cupy copy and events", 60, func="suite.gpucheck:check_cupy_events"),
+        Check("transport on one rank", 60, func="suite.gpucheck:check_transport"),
+        Check("ll8 kernels, subnormals", 90, func=f"{nv}:check_ll8_kernels"),
+        Check("ll8 bandwidth vs device copy", 60, func=f"{nv}:check_ll8_bandwidth"),
+        Check("nvshmem one PE", 60, func=f"{nv}:check_nvshmem_one_pe"),
+        Check("NvshmemRail.run loopback + graph", 90, func=f"{nv}:check_rail_loopback"),
+        Check("two ranks on one GPU", 90, func=f"{nv}:check_two_pes_one_gpu", ranks=2),
+        Check("fast executor", 90, func="suite.gpucheck:check_fast_executor"),
+    ]
+    if backend is None:
+        return checks
+    return checks + driver_checks(backend, out_dir / "runs.jsonl")
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_worker(func: str, result_path: str, ranks: int = 1) -> int:
+    """In the worker process: run ``func`` and write its result (rank 0 of ``ranks``, with
+    every rank's outcome)."""
+    module, name = func.split(":")
+    t0 = time.perf_counter()
+    try:
+        details = getattr(importlib.import_module(module), name)() or {}
+        status, error = OK, None
+    except NotApplicable as exc:
+        details, status, error = {}, NOT_APPLICABLE, str(exc)
+    except BaseException as exc:  # recorded, not raised: the parent reads the file
+        details, status, error = {"trace": traceback.format_exc()}, FAILED, repr(exc)
+    result = {"status": status, "error": error, "details": details}
+    if ranks > 1:
+        from mpi4py import MPI
+
+        result = _merge_ranks(MPI.COMM_WORLD.gather(result))
+    if result is not None:
+        result["seconds"] = time.perf_counter() - t0
+        Path(result_path).write_text(json.dumps(result, default=str))
+    return 0
+
+
+def _merge_ranks(results: list[dict] | None) -> dict | None:
+    """Rank 0's view of every rank's result: the worst status wins."""
+    if results is None:
+        return None
+    for status in (FAILED, NOT_APPLICABLE):
+        bad = [(r, res) for r, res in enumerate(results) if res["status"] == status]
+        if bad:
+            rank, res = bad[0]
+            return {**res, "error": f"rank {rank}: {res['error']}"}
+    return {"status": OK, "error": None, "details": {f"rank {r}": res["details"]
+                                                     for r, res in enumerate(results)}}  # fmt: skip
+
+
+def _run_process(argv: Sequence[str], timeout_s: float) -> tuple[int | None, str, str]:
+    """(exit status or None on timeout, stdout, stderr); a timed-out process group is killed."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=local_env(),
+                                start_new_session=True)  # fmt: skip
         try:
-            report[name] = {"ok": True, **check()}
-        except Exception as exc:  # recorded, and the next check still runs
-            report[name] = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()}
-            failed.append(name)
-        report[name]["seconds"] = time.perf_counter() - t0
-        print(f"{name}: {'ok' if report[name]['ok'] else 'FAILED'} "
-              f"({report[name]['seconds']:.1f} s)", flush=True)  # fmt: skip
-    (folder / "gpucheck.json").write_text(json.dumps(report, indent=2, default=str))
-    print(f"gpu-check: {len(CHECKS) - len(failed)} passed, {len(failed)} failed; "
-          f"details in {folder / 'gpucheck.json'}")  # fmt: skip
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
+
+
+def run_check(check: Check, timeout_s: float) -> Result:
+    """Run one check in its own process(es); never raises, never waits past the timeout."""
+    if check.skip:
+        return Result(check.name, NOT_APPLICABLE, error=check.skip)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = Path(tmp) / "result.json"
+        if check.func:
+            argv = [sys.executable, "-m", "suite.gpucheck", "--worker", check.func,
+                    "--result", str(result_file), "--ranks", str(check.ranks)]  # fmt: skip
+            if check.ranks > 1:
+                launcher = find_mpiexec()
+                if launcher is None:
+                    return Result(check.name, FAILED, error="no mpiexec: install the MPI wheel "
+                                  "(make gpu-wheels) or put one on PATH")  # fmt: skip
+                argv = [launcher, "-n", str(check.ranks), *argv]
+        else:
+            argv = list(check.argv)
+        code, stdout, stderr = _run_process(argv, timeout_s)
+        seconds = time.perf_counter() - t0
+        if code is None:
+            return Result(check.name, FAILED, seconds, f"timed out after {timeout_s:g} s (killed)",
+                          {"stderr": stderr[-2000:]})  # fmt: skip
+        if check.func and result_file.exists():
+            found = json.loads(result_file.read_text())
+            res = Result(check.name, found["status"], seconds, found["error"], found["details"])
+            if code != 0 and res.status == OK:
+                res.status, res.error = FAILED, f"exit status {code} after the check passed"
+            return res
+    if check.func:
+        return Result(check.name, FAILED, seconds, f"exit status {code} with no result "
+                      f"(crashed): {_last_line(stderr)}", {"stderr": stderr[-2000:]})  # fmt: skip
+    details = {"stdout": stdout.splitlines()[-12:], "stderr": stderr[-2000:]}
+    if code != 0:
+        return Result(check.name, FAILED, seconds, f"exit status {code}: {_last_line(stderr)}",
+                      details)  # fmt: skip
+    return Result(check.name, OK, seconds, None, details)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else "(no output)"
+
+
+def write_summary(out_dir: Path, results: Sequence[Result], meta: dict) -> None:
+    """``summary.json`` and ``summary.txt`` in ``out_dir``, replaced whole (never torn)."""
+    counts = {s: sum(r.status == s for r in results) for s in (OK, FAILED, NOT_APPLICABLE)}
+    doc = {**meta, "counts": counts, "checks": [vars(r) for r in results]}
+    lines = [f"# commbench gpu-check: {counts[OK]} ok, {counts[FAILED]} failed, "
+             f"{counts[NOT_APPLICABLE]} not applicable"]  # fmt: skip
+    lines += [f"# {k}: {v}" for k, v in meta.items()]
+    for r in results:
+        note = f"  {r.error}" if r.error else ""
+        lines.append(f"{r.status:15s} {r.seconds:6.1f}s  {r.name}{note}")
+    for name, text in (("summary.json", json.dumps(doc, indent=2, default=str)),
+                       ("summary.txt", "\n".join(lines) + "\n")):  # fmt: skip
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out_dir / name)
+
+
+def run_all(
+    checks: Sequence[Check],
+    out_dir: Path,
+    budget_s: float,
+    jobs: int = 4,
+    meta: dict | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[Result]:
+    """Every check in order (the concurrent ones ``jobs`` at a time, after the others);
+    each timeout is cut to what is left of ``budget_s``; the summary is rewritten after
+    each check."""
+    deadline = time.monotonic() + budget_s
+    meta = {"budget_s": budget_s, **(meta or {})}
+    results: dict[str, Result] = {}
+    lock = threading.Lock()
+
+    def one(check: Check) -> Result:
+        left = deadline - time.monotonic()
+        if check.skip is None and left < MIN_START_S:
+            res = Result(check.name, FAILED, error=f"not run: the time budget ({budget_s:g} s) "
+                         "was spent before it could start")  # fmt: skip
+        else:
+            res = run_check(check, max(1.0, min(check.timeout_s, left)))
+        with lock:
+            results[check.name] = res
+            write_summary(out_dir, [results[c.name] for c in checks if c.name in results], meta)
+            echo(f"{res.status:15s} {res.seconds:6.1f}s  {check.name}"
+                 + (f"  {res.error}" if res.error else ""))  # fmt: skip
+        return res
+
+    for check in checks:
+        if not check.concurrent:
+            one(check)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, [c for c in checks if c.concurrent]))
+    return [results[c.name] for c in checks]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m suite.gpucheck", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("out_dir", nargs="?", default=os.environ.get("OUT") or "results/gpucheck",
+                   help="folder for summary.json / summary.txt / runs.jsonl "
+                   "(default $OUT, else results/gpucheck)")  # fmt: skip
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"seconds for all checks together (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=4, help="commbench-run checks at a time (4)")
+    p.add_argument("--only", default=None, help="run the checks whose name contains this")
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--ranks", type=int, default=1, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.worker:
+        return run_worker(args.worker, args.result, args.ranks)
+    try:
+        if args.budget <= MIN_START_S or args.jobs < 1:
+            raise UsageError(f"--budget must be more than {MIN_START_S:g} s and --jobs at least 1")
+        out_dir = Path(args.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (UsageError, OSError) as exc:
+        print(f"gpu-check: error: {exc}", file=sys.stderr)
+        return 2
+    backend, why = gpu_backend()
+    checks = all_checks(backend, out_dir)
+    if args.only:
+        checks = [c for c in checks if args.only in c.name]
+    if args.list:
+        for c in checks:
+            print(f"{c.name:40s} {c.timeout_s:5.0f} s  {c.skip or ''}")
+        return 0
+    meta = {"backend": backend or f"none ({why})", "out_dir": str(out_dir),
+            "host": os.uname().nodename}  # fmt: skip
+    results = run_all(checks, out_dir, args.budget, args.jobs, meta)
+    failed = [r.name for r in results if r.status == FAILED]
+    print(f"gpu-check: {len(results) - len(failed)} ok or not applicable, {len(failed)} failed; "
+          f"{out_dir / 'summary.txt'}")  # fmt: skip
     return 1 if failed else 0
 
 

