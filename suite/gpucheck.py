@@ -202,26 +202,30 @@ def check_fast_executor() -> dict:
 # ---------------------------------------------------------------- the list
 
 
-def driver_checks(backend: str, out_file: Path) -> list[Check]:
+def driver_checks(backend: str, runs_dir: Path) -> list[Check]:
     """``commbench run`` of every registered implementation on ``backend`` (one rank), and
-    with ``-G 4`` for every capturable one; the rest listed as not applicable."""
+    with ``-G 4`` for every capturable one; the rest listed as not applicable. Each run
+    writes its own ``runs_dir/*.jsonl`` (they run at the same time)."""
     from kernels.registry import GRAPH_BACKENDS, implementations
 
     checks = []
     for spec in implementations():
         key = f"{spec.collective}/{spec.name}"
+        stem = runs_dir / f"{spec.collective}-{spec.name.replace('+', '-')}"
         argv = (sys.executable, "-m", "suite", "run", spec.collective, "--impl", spec.name,
                 "--backend", backend, "--gpus-per-node", "1", "-b", "64K", "-e", "4M",
-                "-f", "8", "-n", "8", "-w", "2", "--watchdog", "60", "--out", str(out_file))  # fmt: skip
+                "-f", "8", "-n", "8", "-w", "2", "--watchdog", "60")  # fmt: skip
         if spec.collective == "allreduce":
             dtype = "bf16" if spec.gpu_dtypes is None or "bfloat16" in spec.gpu_dtypes else "float"
             argv += ("-d", dtype)
         problem = spec.support_problem(backend)
-        checks.append(Check(f"run {key}", 90, argv=argv, skip=problem, concurrent=True))
+        run = (*argv, "--out", f"{stem}.jsonl")
+        checks.append(Check(f"run {key}", 90, argv=run, skip=problem, concurrent=True))
         graph = problem or spec.support_problem(backend, graph=True)
         if backend not in GRAPH_BACKENDS:
             graph = f"CuPy has no graph capture on {backend}"
-        checks.append(Check(f"graph {key}", 90, argv=(*argv, "-G", "4"), skip=graph, concurrent=True))  # fmt: skip
+        captured = (*argv, "-G", "4", "--out", f"{stem}-graph.jsonl")
+        checks.append(Check(f"graph {key}", 90, argv=captured, skip=graph, concurrent=True))
     return checks
 
 
@@ -240,7 +244,7 @@ def all_checks(backend: str | None, out_dir: Path) -> list[Check]:
     ]
     if backend is None:
         return checks
-    return checks + driver_checks(backend, out_dir / "runs.jsonl")
+    return checks + driver_checks(backend, out_dir / "runs")
 
 
 # ---------------------------------------------------------------- running
@@ -402,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m suite.gpucheck", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("out_dir", nargs="?", default=os.environ.get("OUT") or "results/gpucheck",
-                   help="folder for summary.json / summary.txt / runs.jsonl "
+                   help="folder for summary.json / summary.txt / runs/*.jsonl "
                    "(default $OUT, else results/gpucheck)")  # fmt: skip
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
                    help=f"seconds for all checks together (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
@@ -423,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget <= MIN_START_S or args.jobs < 1:
             raise UsageError(f"--budget must be more than {MIN_START_S:g} s and --jobs at least 1")
         out_dir = Path(args.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     except (UsageError, OSError) as exc:
         print(f"gpu-check: error: {exc}", file=sys.stderr)
         return 2

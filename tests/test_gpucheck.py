@@ -91,8 +91,8 @@ def test_a_failure_on_one_rank_fails_the_two_rank_check(tmp_path):
 def test_every_registered_implementation_is_listed_per_backend(tmp_path):
     from kernels.registry import implementations
 
-    cuda = {c.name: c for c in gpucheck.driver_checks("cuda", tmp_path / "r.jsonl")}
-    rocm = {c.name: c for c in gpucheck.driver_checks("rocm", tmp_path / "r.jsonl")}
+    cuda = {c.name: c for c in gpucheck.driver_checks("cuda", tmp_path)}
+    rocm = {c.name: c for c in gpucheck.driver_checks("rocm", tmp_path)}
     for spec in implementations():
         key = f"{spec.collective}/{spec.name}"
         assert (cuda[f"run {key}"].skip is None) == ("cuda" in spec.backends)
@@ -106,6 +106,8 @@ def test_every_registered_implementation_is_listed_per_backend(tmp_path):
     argv = cuda["run allreduce/mpi"].argv
     assert argv[argv.index("-d") + 1] == "float"  # mpi takes no bf16 on a GPU
     assert all(c.concurrent for c in cuda.values())
+    outs = [c.argv[c.argv.index("--out") + 1] for c in cuda.values()]
+    assert len(set(outs)) == len(outs)  # concurrent runs never share a records file
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
