@@ -104,6 +104,8 @@ run() {
   fi
   cd "$ROOT"
   export PATH="$VENV/bin:$PATH"
+  # the Open MPI wheel's launcher, not the one `make` names for the CPU venv
+  if [ -x "$VENV/bin/mpiexec" ]; then export MPIEXEC="$VENV/bin/mpiexec"; fi
   exec "$vpy" -m suite.gpucheck "$out" "$@"
 }
 
