@@ -125,16 +125,21 @@ def measure(t, impls: dict, sizes, dtype, iters: int, warmup: int, rounds: int) 
 
 
 def run_table(args) -> int:
+    from kernels.dtypes import dtype_name
     from kernels.registry import lookup
     from suite.backends.dtypes import parse_dtype
     from suite.units import format_size
 
     topo, t = _setup(args.backend, args.gpus_per_node)
-    impls = {name: lookup("allreduce", name).factory(t, {}) for name in args.impls}
     dtype = parse_dtype(args.dtype)
+    specs = {name: lookup("allreduce", name) for name in args.impls}
+    problems = {n: s.support_problem(args.backend, dtype_name(dtype)) for n, s in specs.items()}
+    impls = {n: s.factory(t, {}) for n, s in specs.items() if problems[n] is None}
     t0 = time.perf_counter()
     res = measure(t, impls, SIZES, dtype, args.iters, args.warmup, args.rounds)
     if topo.rank == 0:
+        for problem in filter(None, problems.values()):
+            print(f"# left out: {problem}")
         names = list(impls)
         print(
             f"# NVRAR microbenchmark: all-reduce latency (us), {dtype.name}, max over ranks; "
