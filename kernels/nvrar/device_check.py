@@ -132,7 +132,8 @@ def check_ll8_kernels(count: int = 4001) -> dict:
                  timeout, claim, record, np.int32(1), np.int32(3)),
             )  # fmt: skip
             got = cupy.asnumpy(outd)
-            bad = np.flatnonzero(got != want.view(store))
+            bits = np.dtype(f"uint{8 * dtype.itemsize}")  # -0.0 is not 0.0 here
+            bad = np.flatnonzero(got.view(bits) != want.view(bits))
             assert not bad.size, (
                 f"reduce {dtype} {op}: {bad.size} of {count} differ, first at {bad[0]}: "
                 f"{x[bad[0]]!r} {op} {y[bad[0]]!r} = {got[bad[0] : bad[0] + 1].view(dtype)[0]!r}, "
