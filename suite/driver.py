@@ -222,7 +222,13 @@ def make_config(args: argparse.Namespace) -> Config:
 
 def list_implementations(collective: str | None) -> int:
     for spec in implementations(collective if collective in collectives.COLLECTIVES else None):
-        print(f"{spec.collective:10s} {spec.name:18s} {','.join(spec.backends):15s} {spec.summary}")
+        notes = "" if spec.capturable else " [no -G]"
+        if spec.gpu_dtypes is not None:
+            notes += f" [on GPUs: {','.join(spec.gpu_dtypes)}]"
+        print(
+            f"{spec.collective:10s} {spec.name:18s} {','.join(spec.backends):15s} "
+            f"{spec.summary}{notes}"
+        )
     return 0
 
 

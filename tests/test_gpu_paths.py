@@ -142,3 +142,11 @@ def test_gpu_extras_bring_headers_and_a_nvshmem4py_with_signal_op():
         assert "ctk" in reqs[cupy_name].extras
         spec = reqs[nvshmem_name].specifier
         assert not spec.contains("0.1.1") and spec.contains("0.4.1")
+
+
+def test_list_shows_what_cannot_be_captured_or_taken_on_gpus(capsys):
+    assert driver.list_implementations(None) == 0
+    lines = {tuple(line.split()[:2]): line for line in capsys.readouterr().out.splitlines()}
+    assert lines[("alltoallv", "fast+sched")].endswith("[no -G]")
+    assert "[on GPUs: float32," in lines[("allreduce", "mpi")]
+    assert "[" not in lines[("allreduce", "nccl")]

@@ -110,7 +110,7 @@ class _Mpi:
 
 @register("allreduce", "mpi", gpu_dtypes=GPU_DTYPES, capturable=False)
 class MpiAllreduce(_Mpi):
-    """MPI_Allreduce (mpi4py), user-defined reduction for fp16/bf16 on the host."""
+    """MPI_Allreduce (mpi4py); fp16/bf16 through a user-defined reduction on the cpu backend."""
 
     def setup(self, case: AllreduceCase) -> None:
         from kernels.dtypes import dtype_name
