@@ -267,9 +267,11 @@ def run_worker(func: str, result_path: str, ranks: int = 1) -> int:
         from mpi4py import MPI
 
         result = _merge_ranks(MPI.COMM_WORLD.gather(result))
-    if result is not None:
+    if result is not None:  # written whole, then renamed: the parent never reads half
         result["seconds"] = time.perf_counter() - t0
-        Path(result_path).write_text(json.dumps(result, default=str))
+        tmp = Path(f"{result_path}.tmp")
+        tmp.write_text(json.dumps(result, default=str))
+        tmp.replace(result_path)
     return 0
 
 
@@ -322,15 +324,17 @@ def run_check(check: Check, timeout_s: float) -> Result:
             argv = list(check.argv)
         code, stdout, stderr = _run_process(argv, timeout_s)
         seconds = time.perf_counter() - t0
-        if code is None:
-            return Result(check.name, FAILED, seconds, f"timed out after {timeout_s:g} s (killed)",
-                          {"stderr": stderr[-2000:]})  # fmt: skip
-        if check.func and result_file.exists():
-            found = json.loads(result_file.read_text())
-            res = Result(check.name, found["status"], seconds, found["error"], found["details"])
-            if code != 0 and res.status == OK:
-                res.status, res.error = FAILED, f"exit status {code} after the check passed"
-            return res
+        found = json.loads(result_file.read_text()) if result_file.exists() else None
+    if found is not None:  # the worker finished the check (it may still hang or fail at exit)
+        res = Result(check.name, found["status"], seconds, found["error"], found["details"])
+        if code != 0 and res.status == OK:
+            how = f"was killed after {timeout_s:g} s" if code is None else f"exited with {code}"
+            res.status, res.error = FAILED, f"the check passed, then the process {how}"
+            res.details["stderr"] = stderr[-2000:]
+        return res
+    if code is None:
+        return Result(check.name, FAILED, seconds, f"timed out after {timeout_s:g} s (killed)",
+                      {"stderr": stderr[-2000:]})  # fmt: skip
     if check.func:
         return Result(check.name, FAILED, seconds, f"exit status {code} with no result "
                       f"(crashed): {_last_line(stderr)}", {"stderr": stderr[-2000:]})  # fmt: skip

@@ -36,6 +36,7 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
         fake("raises", "raises"),
         fake("hangs", "hangs", timeout_s=2),
         fake("crashes", "crashes"),
+        fake("hangs at exit", "hangs_at_exit", timeout_s=3),
         Check("skipped", 10, argv=(py, "-c", "raise SystemExit(9)"), skip="rccl runs on rocm"),
         Check("command ok", 10, argv=(py, "-c", "print('# Out of bounds values : 0 OK')")),
         Check("command fails", 10, argv=(py, "-c", "import sys; sys.exit('bad size')")),
@@ -50,6 +51,11 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
     assert results["hangs"].error == "timed out after 2 s (killed)"
     assert results["hangs"].seconds < 10
     assert results["crashes"].status == FAILED and "crashed" in results["crashes"].error
+    assert results["hangs at exit"].status == FAILED
+    assert (
+        results["hangs at exit"].error == "the check passed, then the process was killed after 3 s"
+    )
+    assert results["hangs at exit"].details["checked"] is True
     assert results["skipped"].status == NOT_APPLICABLE and results["skipped"].seconds == 0
     assert results["command ok"].status == OK
     assert "0 OK" in results["command ok"].details["stdout"][-1]
@@ -57,10 +63,10 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
     assert results["command fails"].error == "exit status 1: bad size"
     assert len(lines) == len(checks)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["counts"] == {OK: 2, FAILED: 4, NOT_APPLICABLE: 2}
+    assert summary["counts"] == {OK: 2, FAILED: 5, NOT_APPLICABLE: 2}
     assert [c["name"] for c in summary["checks"]] == [c.name for c in checks]
     text = (tmp_path / "summary.txt").read_text().splitlines()
-    assert text[0] == "# commbench gpu-check: 2 ok, 4 failed, 2 not applicable"
+    assert text[0] == "# commbench gpu-check: 2 ok, 5 failed, 2 not applicable"
     assert any(line.startswith("failed") and "hangs  timed out" in line for line in text)
 
 

@@ -36,3 +36,10 @@ def fails_on_rank_one() -> dict:
     if MPI.COMM_WORLD.rank == 1:
         raise RuntimeError("rank one's failure")
     return {"rank": MPI.COMM_WORLD.rank}
+
+
+def hangs_at_exit() -> dict:
+    import atexit
+
+    atexit.register(time.sleep, 600)
+    return {"checked": True}
