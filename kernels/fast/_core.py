@@ -923,3 +923,71 @@ def build_rank(D, G, unit, shift, region, c, moves, perms, weights, tail_units, 
                                           tail_step)  # fmt: skip
     b = bufbytes[want]
     return rows, nops, b[0], b[1], b[2], b[3]
+
+
+# ----------------------------------------------------------------------------- binding
+
+# posting classes within a step: node sends, rail sends, node receives, rail receives, copies
+NCLASSES = 5
+CLASS_COPY = 4
+
+
+@njit(cache=True)
+def bind_order(rows, nsteps, world, node_base, g, local):
+    """A plan's ops (``rows``: n x 9, the ``OP_FIELDS`` columns) in posting order, for
+    :class:`kernels.fast.executor.PlanExecutor`.
+
+    Returns ``(cols, bounds)``. ``cols`` (6 x n): per op in posting order its peer
+    (a world rank when ``world``, else the rank in its group), buffer, start and end
+    offset (a receive: where it writes; a send or copy: where it reads), and for a copy
+    its destination buffer and offset. ``bounds`` (one row per non-empty step): the
+    step's first op and the end of each posting class (node sends, rail sends, node
+    receives, rail receives, copies).
+    Within a class the plan's order is kept (messages between the same pair are matched
+    in posting order).
+    """
+    n = rows.shape[0]
+    nkeys = nsteps * NCLASSES
+    count = np.zeros(nkeys + 1, np.int64)
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        kind = rows[i, 1]
+        cls = CLASS_COPY if kind == KIND_COPY else kind * 2 + rows[i, 2]
+        keys[i] = rows[i, 0] * NCLASSES + cls
+        count[keys[i] + 1] += 1
+    for k in range(nkeys):
+        count[k + 1] += count[k]
+    cols = np.empty((6, n), np.int64)
+    fill = count[:-1].copy()
+    for i in range(n):
+        q = fill[keys[i]]
+        fill[keys[i]] = q + 1
+        kind = rows[i, 1]
+        peer = rows[i, 3]
+        if world and kind != KIND_COPY:
+            peer = node_base + peer if rows[i, 2] == GROUP_NODE else peer * g + local
+        cols[0, q] = peer
+        if kind == KIND_RECV:
+            cols[1, q] = rows[i, 6]
+            cols[2, q] = rows[i, 7]
+        else:
+            cols[1, q] = rows[i, 4]
+            cols[2, q] = rows[i, 5]
+        cols[3, q] = cols[2, q] + rows[i, 8]
+        cols[4, q] = rows[i, 6]
+        cols[5, q] = rows[i, 7]
+    nonempty = 0
+    for s in range(nsteps):
+        if count[(s + 1) * NCLASSES] > count[s * NCLASSES]:
+            nonempty += 1
+    bounds = np.empty((nonempty, NCLASSES + 1), np.int64)
+    j = 0
+    for s in range(nsteps):
+        first = count[s * NCLASSES]
+        if count[(s + 1) * NCLASSES] == first:
+            continue
+        bounds[j, 0] = first
+        for c in range(NCLASSES):
+            bounds[j, c + 1] = count[s * NCLASSES + c + 1]
+        j += 1
+    return cols, bounds
