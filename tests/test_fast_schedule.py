@@ -451,3 +451,18 @@ def test_small_op_tables_are_rebuilt_at_the_counted_size(monkeypatch):
     assert all(np.array_equal(small.plan(r).ops, plans[r]) for r in range(16))
     assert small.transfers().equals(rows)
     simulate.check(small)
+
+
+def test_schedule_ahead_is_schedule_on_another_thread():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8@3", 32, 1 << 20, unit=2)
+    future = fast.schedule_ahead(d, 4, rank=5, unit=2, tail="early")
+    d[:] = 0  # the caller may reuse its array at once: the matrix was copied
+    ahead = future.result(timeout=60)
+    fresh = fast.schedule(generate("zipf:0.8@3", 32, 1 << 20, unit=2), 4, unit=2, tail="early")
+    assert np.array_equal(ahead.perms, fresh.perms) and np.array_equal(ahead.weights, fresh.weights)
+    assert 5 in ahead._plans and np.array_equal(ahead.plan(5).ops, fresh.plan(5).ops)
+    bad = fast.schedule_ahead(np.ones((6, 6), dtype=np.int64), 4)
+    with pytest.raises(ValueError, match="not a multiple of gpus_per_node=4"):
+        bad.result(timeout=60)

@@ -1,7 +1,9 @@
 """Compiled core of the FAST scheduler (numba, cached on disk).
 
 Imported lazily by :mod:`kernels.fast.scheduler` (the leading underscore keeps the plug-in
-loader away from it), so importing :mod:`kernels` does not pay numba's start-up.
+loader away from it), so importing :mod:`kernels` does not pay numba's start-up. Every
+function releases the GIL (``nogil``), so a schedule can be made on another thread while
+this one posts or waits (:func:`kernels.fast.scheduler.schedule_ahead`).
 
 Everything is integer arithmetic in *units* (the alignment unit, ``unit`` bytes); a pair
 of ``D`` bytes is ``ceil(D / unit)`` units whose last one may be short, so bytes are
@@ -37,7 +39,7 @@ MODE_BOTTLENECK = 1
 MODE_THRESHOLD = 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pow2_floor(x: int) -> int:
     r = 1
     while r * 2 <= x:
@@ -45,7 +47,7 @@ def _pow2_floor(x: int) -> int:
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decompose(A, line_sum, mode, max_stages):
     """BvN stages of ``A`` (modified in place: it ends as the residual).
 
@@ -219,7 +221,7 @@ def decompose(A, line_sum, mode, max_stages):
 # ----------------------------------------------------------------------------- synthesis
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def minmax(D):
     """Smallest and largest entry, in one pass."""
     lo = D[0, 0]
@@ -234,7 +236,7 @@ def minmax(D):
     return lo, hi
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _units(d, unit, shift):
     """``ceil(d / unit)``; a shift when ``unit`` is a power of two (``shift >= 0``)."""
     if shift >= 0:
@@ -242,7 +244,7 @@ def _units(d, unit, shift):
     return (d + unit - 1) // unit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pad(M, line):
     """Add dummy entries so every row and column of ``M`` sums to ``line``.
 
@@ -274,7 +276,7 @@ def pad(M, line):
             dc[j] -= x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max):
     """Balancing, server matrix, padding, decomposition and the stage-count cut.
 
@@ -453,7 +455,7 @@ PHASE_REDISTRIBUTE = 3
 PHASE_TAIL = 4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces,
           pipelined, ops_cap, pieces_cap, tail_step):  # fmt: skip
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
@@ -913,7 +915,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     return rows, rank_start, nops, pcs[: min(npcs, pcs.shape[0])], npcs, bufbytes
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_rank(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, pipelined,
                ops_cap, tail_step):  # fmt: skip
     """:func:`build` for rank ``want`` alone: ``(rows, nops, balance, stage0, stage1,
@@ -932,7 +934,7 @@ NCLASSES = 5
 CLASS_COPY = 4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bind_order(rows, nsteps, world, node_base, g, local):
     """A plan's ops (``rows``: n x 9, the ``OP_FIELDS`` columns) in posting order, for
     :class:`kernels.fast.executor.PlanExecutor`.
