@@ -47,14 +47,27 @@ def _pow2_floor(x: int) -> int:
     return r
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _parts(w, stage_max):
+    """Stages a stage of ``w`` units is cut into (``stage_max`` units each; <= 0: none)."""
+    return 1 if stage_max <= 0 else (w + stage_max - 1) // stage_max
+
+
 @njit(cache=True, nogil=True)
-def decompose(A, line_sum, mode, max_stages):
+def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_max):
     """BvN stages of ``A`` (modified in place: it ends as the residual).
 
     Returns ``(perms, weights, nstages, residual_line_sum)``; ``perms[k, s]`` is the
     server that server s sends to in stage k. Stops after ``max_stages`` stages.
-    (The search helpers are closures: calls to jitted functions taking arrays pay
-    reference counting per array argument.)
+
+    ``stage_cost > 0`` (units; ``MODE_BOTTLENECK`` only): also stops as soon as no
+    further stage can be kept by :func:`synthesize`'s stage-count cut (same
+    ``stage_cost``, ``penalty``, ``quantum`` and ``stage_max``), so the cut keeps what it
+    would keep from the whole decomposition. Bottleneck weights never grow (each is
+    the largest smallest entry of a perfect matching, and entries only shrink), so once
+    a stage's fixed cost outweighs the tail bytes it saves, every longer prefix that
+    leaves a tail costs more; and one that leaves none needs at least ``ceil(rest /
+    w)`` more stages, whose fixed costs give a lower bound to compare with the best.
     """
     n = A.shape[0]
     match_row = np.full(n, -1, np.int64)
@@ -165,6 +178,10 @@ def decompose(A, line_sum, mode, max_stages):
         theta = A.max()
     stamp = 0
     k = 0
+    cut = stage_cost > 0.0 and mode == MODE_BOTTLENECK
+    done = 0
+    fixed = 0.0
+    cheapest = stage_cost + penalty * rest * quantum  # the cut's cost of no stage at all
     while True:
         # greedy pass: an unmatched row takes its smallest allowed free column (a tight
         # fit keeps large entries for later stages: measured fewer, larger stages)
@@ -209,6 +226,17 @@ def decompose(A, line_sum, mode, max_stages):
         rest -= w
         if rest == 0 or k >= cap:
             break
+        if cut:
+            done += w * quantum
+            fixed += _parts(w * quantum, stage_max) * stage_cost
+            tail = rest * quantum
+            cost = fixed + done + stage_cost + penalty * tail
+            if cost < cheapest:
+                cheapest = cost
+            if (penalty - 1.0) * w * quantum <= stage_cost:
+                more = (rest + w - 1) // w  # stages still needed to leave no tail
+                if k + more > cap or fixed + done + tail + more * stage_cost > cheapest * 1.000001:
+                    break
         for r in range(n):
             c = match_row[r]
             a = A[r, c]
@@ -294,7 +322,8 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
     balancing, ``line`` = T in units, ``moves`` the balancing pieces (rows ``s, t, a, b,
     x0, n``: GPU a of s hands units ``[x0, x0 + n)`` of its region for t to GPU b),
     ``perms``/``weights`` the kept stages (largest first, weights in units),
-    ``computed`` the stage count before the cut, ``tail[u, t]`` the units GPU u still
+    ``computed`` the stage count before the cut (the decomposition stops early where
+    the cut could keep no more; see :func:`decompose`), ``tail[u, t]`` the units GPU u still
     holds for server t after the stages.
     """
     P = D.shape[0]
@@ -368,7 +397,8 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
         line = max(line, M[s, :].sum(), M[:, s].sum())
     pad(M, line)
     limit = cap if cap >= 0 else S * S + 1
-    perms, weights, computed, rest = decompose(M, line, mode, limit)
+    perms, weights, computed, rest = decompose(M, line, mode, limit, stage_cost, penalty,
+                                               quantum, stage_max)  # fmt: skip
     order = np.argsort(-weights, kind="mergesort")
     perms = perms[order].copy()
     weights = weights[order] * quantum
@@ -388,8 +418,7 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
                 keep = k
             if k < computed:
                 done += weights[k]
-                parts = 1 if stage_max <= 0 else (weights[k] + stage_max - 1) // stage_max
-                fixed += parts * stage_cost
+                fixed += _parts(weights[k], stage_max) * stage_cost
     perms = perms[:keep].copy()
     weights = weights[:keep].copy()
     if stage_max > 0 and keep > 0 and weights[0] > stage_max:
