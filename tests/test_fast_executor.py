@@ -303,3 +303,20 @@ def test_gpu_check_plan_runs_on_one_rank(groups):
     recv, nsteps, posted = run_ranks(1, 1, rank)[0]
     np.testing.assert_array_equal(recv, send)
     assert nsteps == 2 and posted == 4
+
+
+def test_per_call_benchmark_pieces():
+    """The per-call benchmark's trace tiling and its phases on a small cluster."""
+    from suite.benchmarks import fast_executor as bench
+
+    mats = bench.load_trace(bench.TRACE)
+    assert mats.shape[1:] == (32, 32) and (mats.sum(axis=2) == 8192).all()
+    d = bench.tiled_trace(mats, 64, 5)
+    assert d.shape == (64, 64) and int(d.sum()) == 64 * bench.SIZE
+    # block (0, 1) is the next iteration after block (0, 0): its tokens, scaled
+    block = d[:32, 32:].astype(float)
+    assert np.allclose(block / block.sum(), mats[6] / mats[6].sum(), atol=1e-6)
+    small = [np.random.default_rng(k).integers(0, 900, (8, 8)) * 2 for k in range(2)]
+    m = bench.per_call(small, 4, 3)
+    assert all(len(m[k]) == 3 for k in ("synth", "plan", "bind", "host", "run"))
+    assert m["ops"] > 0 and min(m["host"]) > 0

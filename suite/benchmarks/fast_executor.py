@@ -216,6 +216,13 @@ def _stats(samples: list[float], fastest: bool = False) -> str:
     return out + f" / {np.min(samples):.0f}" if fastest else out
 
 
+def _table(title: str, *columns: str) -> None:
+    """A section title and a markdown table's header."""
+    print(f"\n## {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def _us(x: float) -> str:
     return f"{x / 1e3:.2f} ms" if x >= 1e3 else f"{x:.0f} µs"
 
@@ -224,11 +231,11 @@ def _us(x: float) -> str:
 
 
 def main_table(shapes, laws, mats_trace, fabric, label: str, **options) -> dict:
-    print(f"## Per call, {label} (rank 0; median / p99 over calls, µs; gather and xfer "
-          "modelled on h200)\n")  # fmt: skip
-    print("| GPUs | law | stages | ops | synth | plan | bind | host = synth+plan+bind (min) "
-          "| run | gather | xfer | host/xfer | (gather+host)/xfer |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    _table(f"Per call, {label} (rank 0; median / p99 over calls, µs; gather and xfer "
+           "modelled on h200)",
+           "GPUs", "law", "stages", "ops", "synth", "plan", "bind",
+           "host = synth+plan+bind (min)", "run", "gather", "xfer", "host/xfer",
+           "(gather+host)/xfer")  # fmt: skip
     hosts: dict = {}
     for servers, g in shapes:
         p = servers * g
@@ -269,9 +276,9 @@ def tradeoff_table(shapes, fabric) -> None:
         "bvn (plain), <= 2S + tail": {"strategy": "bvn"},
         "+ stage cost (h200)": {"stage_cost_bytes": fabric.stage_cost_bytes},
     }
-    print("\n## Stage count / quality trade-off (zipf:0.8; host median µs, modelled xfer µs)\n")
-    print("| GPUs | options | stages | sched/lb | tail share | host | xfer | host + xfer |")
-    print("|---|---|---|---|---|---|---|---|")
+    _table("Stage count / quality trade-off (zipf:0.8; host median µs, modelled xfer µs)",
+           "GPUs", "options", "stages", "sched/lb", "tail share", "host", "xfer",
+           "host + xfer")  # fmt: skip
     from kernels.fast import schedule
 
     for servers, g in shapes:
@@ -309,10 +316,9 @@ def movement_table(shapes, mats_trace) -> None:
     """How much consecutive Megatron matrices move, and what the previous stages carry."""
     from kernels.fast import schedule
 
-    print("\n## Consecutive trace calls: how much the server matrix moves\n")
-    print("| GPUs | median L1 change of the server matrix | previous call's stages carry "
-          "| a fresh schedule's stages carry |")  # fmt: skip
-    print("|---|---|---|---|")
+    _table("Consecutive trace calls: how much the server matrix moves", "GPUs",
+           "median L1 change of the server matrix", "previous call's stages carry",
+           "a fresh schedule's stages carry")  # fmt: skip
     for servers, g in shapes:
         p = servers * g
         mats = [tiled_trace(mats_trace, p, c) for c in range(min(9, _pool(p) + 1))]
@@ -335,10 +341,9 @@ def threads_table(shapes, fabric) -> None:
     once; and one schedule made ahead while the caller waits out a transfer."""
     from kernels.fast import schedule, schedule_ahead
 
-    print("\n## Threads (zipf:0.8; median µs of schedule + rank 0's plan)\n")
-    print("| GPUs | 1 schedule | 2 in a row (1 thread) | 2 at once (2 threads) | speed-up "
-          "| xfer (model) | exposed when made ahead during xfer |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    _table("Threads (zipf:0.8; median µs of schedule + rank 0's plan)", "GPUs",
+           "1 schedule", "2 in a row (1 thread)", "2 at once (2 threads)", "speed-up",
+           "xfer (model)", "exposed when made ahead during xfer")  # fmt: skip
     for servers, g in shapes:
         p = servers * g
         d = matrices("zipf:0.8", p, np.zeros((1, 1, 1), np.int64))[0]
@@ -406,9 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     ):  # fmt: skip
         targets(main_table(shapes, laws, mats_trace, fabric, label, **options), label)
     ag = measured_allgather()
-    print("## Matrix all-gather (MPI_Allgather of the P x P int64 matrix's bytes)\n")
-    print("| GPUs | bytes | measured, 8 ranks on this machine | modelled, P ranks on h200 |")
-    print("|---|---|---|---|")
+    _table("Matrix all-gather (MPI_Allgather of the P x P int64 matrix's bytes)", "GPUs",
+           "bytes", "measured, 8 ranks on this machine", "modelled, P ranks on h200")  # fmt: skip
     for servers, g in shapes:
         p = servers * g
         meas = f"{ag[p]:.0f} µs" if p in ag else "(MPI did not run)"
