@@ -3,9 +3,10 @@
 A :class:`~kernels.fast.plan.RankPlan` lists, step by step, the sends, receives and
 local copies of one rank (balance; intra-server traffic with rail step 0; rail step j
 with the redistribution of rail step j - 1 out of the other staging buffer; the last
-drain). :class:`PlanExecutor` turns it, once, into per-step lists of
+drain). :class:`PlanExecutor` turns it, once per bind, into per-step lists of
 ``(peer, buffer slice)`` pairs bound to the caller's send / receive buffers and to its own
-scratch buffers, and :meth:`PlanExecutor.run` then only posts and waits:
+scratch buffers (up front, or step by step during the first run: ``bind(defer=True)``),
+and :meth:`PlanExecutor.run` then posts and waits:
 
 * ``cpu``: each step is one batch of MPI ``Irecv``/``Isend`` plus ``numpy`` copies, then
   ``Waitall``: stage j + 1's rail transfers are in flight while stage j is redistributed;
