@@ -57,8 +57,9 @@ OPTIONS = st.sampled_from([
 ])  # fmt: skip
 
 
-def execute(sched, groups: str = "world", sendbufs=None) -> list[np.ndarray]:
-    """Every rank's receive buffer after running its plan on the threaded transport."""
+def execute(sched, groups: str = "world", sendbufs=None, defer: bool = False) -> list[np.ndarray]:
+    """Every rank's receive buffer after running its plan on the threaded transport
+    (``defer``: the buffer slices are cut step by step during the run)."""
     d = sched.traffic
     send = random_sendbufs(d, seed=1) if sendbufs is None else sendbufs
 
@@ -66,7 +67,7 @@ def execute(sched, groups: str = "world", sendbufs=None) -> list[np.ndarray]:
         r = t.topo.rank
         recv = np.full(int(d[:, r].sum()), 0xFF, np.uint8)
         ex = PlanExecutor(t, groups)
-        ex.bind(sched.plan(r), send[r], recv)
+        ex.bind(sched.plan(r), send[r], recv, defer=defer)
         ex.run()
         return recv
 
@@ -74,14 +75,14 @@ def execute(sched, groups: str = "world", sendbufs=None) -> list[np.ndarray]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(traffic_cases(), OPTIONS, st.sampled_from(["world", "split"]))
-def test_executor_matches_alltoallv(tc, options, groups):
+@given(traffic_cases(), OPTIONS, st.sampled_from(["world", "split"]), st.booleans())
+def test_executor_matches_alltoallv(tc, options, groups, defer):
     d, g = tc
     sched = schedule(d, g, **options)
     for r in range(sched.nranks):
         assert schedule_problem(sched, d, g, r, int(d[r].sum()), int(d[:, r].sum())) is None
     send = random_sendbufs(d, seed=1)
-    got = execute(sched, groups, send)
+    got = execute(sched, groups, send, defer)
     want = alltoallv(d, send)
     for r in range(len(got)):
         np.testing.assert_array_equal(got[r], want[r], err_msg=f"rank {r}")
@@ -114,6 +115,37 @@ def test_one_group_per_step_and_scratch_only_grows():
         sizes = [s for _, s, _ in per_call]
         assert sizes[0] == sizes[1] == sizes[2]  # allocated once for the largest matrix
         assert sizes[0] >= schedule(big, 2).plan(r).extra_bytes
+
+
+def test_deferred_bind_cuts_steps_during_the_run_once():
+    """``bind(defer=True)`` cuts no slice up front; the run cuts every step once, the
+    same posts as an eager bind, and a second run reuses them."""
+    d = np.random.default_rng(8).integers(0, 3000, (8, 8))
+    sched = schedule(d, 2)
+    send = random_sendbufs(d, seed=3)
+
+    def shape(steps):
+        return [([(g, [(p, v.size) for p, v in s], [(p, v.size) for p, v in r])
+                  for g, s, r in posts], [(a.size, b.size) for a, b in copies])
+                for posts, copies in steps]  # fmt: skip
+
+    def rank(t):
+        r = t.topo.rank
+        recv = np.zeros(int(d[:, r].sum()), np.uint8)
+        eager, lazy = PlanExecutor(t), PlanExecutor(t)
+        eager.bind(sched.plan(r), send[r], np.zeros_like(recv))
+        lazy.bind(sched.plan(r), send[r], recv, defer=True)
+        cut_before = len(lazy._steps)
+        lazy.run()
+        first = list(lazy._steps)
+        lazy.run()
+        reused = all(a is b for a, b in zip(first, lazy._steps, strict=True))
+        return recv, cut_before, shape(lazy._steps) == shape(eager._steps), lazy.nsteps, reused
+
+    want = alltoallv(d, send)
+    for r, (recv, cut_before, same, nsteps, reused) in enumerate(run_ranks(8, 2, rank)):
+        np.testing.assert_array_equal(recv, want[r])
+        assert cut_before == 0 and same and nsteps > 0 and reused
 
 
 def test_split_groups_post_node_and_rail_separately():
@@ -271,3 +303,20 @@ def test_gpu_check_plan_runs_on_one_rank(groups):
     recv, nsteps, posted = run_ranks(1, 1, rank)[0]
     np.testing.assert_array_equal(recv, send)
     assert nsteps == 2 and posted == 4
+
+
+def test_per_call_benchmark_pieces():
+    """The per-call benchmark's trace tiling and its phases on a small cluster."""
+    from suite.benchmarks import fast_executor as bench
+
+    mats = bench.load_trace(bench.TRACE)
+    assert mats.shape[1:] == (32, 32) and (mats.sum(axis=2) == 8192).all()
+    d = bench.tiled_trace(mats, 64, 5)
+    assert d.shape == (64, 64) and int(d.sum()) == 64 * bench.SIZE
+    # block (0, 1) is the next iteration after block (0, 0): its tokens, scaled
+    block = d[:32, 32:].astype(float)
+    assert np.allclose(block / block.sum(), mats[6] / mats[6].sum(), atol=1e-6)
+    small = [np.random.default_rng(k).integers(0, 900, (8, 8)) * 2 for k in range(2)]
+    m = bench.per_call(small, 4, 3)
+    assert all(len(m[k]) == 3 for k in ("synth", "plan", "bind", "host", "run"))
+    assert m["ops"] > 0 and min(m["host"]) > 0

@@ -451,3 +451,61 @@ def test_small_op_tables_are_rebuilt_at_the_counted_size(monkeypatch):
     assert all(np.array_equal(small.plan(r).ops, plans[r]) for r in range(16))
     assert small.transfers().equals(rows)
     simulate.check(small)
+
+
+def test_schedule_ahead_is_schedule_on_another_thread():
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8@3", 32, 1 << 20, unit=2)
+    future = fast.schedule_ahead(d, 4, rank=5, unit=2, tail="early")
+    d[:] = 0  # the caller may reuse its array at once: the matrix was copied
+    ahead = future.result(timeout=60)
+    fresh = fast.schedule(generate("zipf:0.8@3", 32, 1 << 20, unit=2), 4, unit=2, tail="early")
+    assert np.array_equal(ahead.perms, fresh.perms) and np.array_equal(ahead.weights, fresh.weights)
+    assert 5 in ahead._plans and np.array_equal(ahead.plan(5).ops, fresh.plan(5).ops)
+    bad = fast.schedule_ahead(np.ones((6, 6), dtype=np.int64), 4)
+    with pytest.raises(ValueError, match="not a multiple of gpus_per_node=4"):
+        bad.result(timeout=60)
+
+
+def _cut_reference(weights, line: int, alpha: float, penalty: float) -> int:
+    """How many of ``weights`` the stage-count cut keeps (its rule, restated)."""
+    best, keep, done, fixed = np.inf, 0, 0, 0.0
+    for k in range(len(weights) + 1):
+        rest = line - done
+        cost = fixed + done + (alpha + penalty * rest if rest > 0 else 0.0)
+        if cost < best:
+            best, keep = cost, k
+        if k < len(weights):
+            done += int(weights[k])
+            fixed += alpha
+    return keep
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    s=st.integers(2, 12),
+    seed=st.integers(0, 2**32 - 1),
+    law=st.sampled_from(["zipf:0.8", "zipf:0.3", "hotspot", "random"]),
+    alpha_share=st.floats(1e-4, 0.5),
+    penalty=st.sampled_from([1.0, 1.5, 2.0, 4.0]),
+    max_stages=st.sampled_from(["auto", None, 3]),
+    quantum=st.sampled_from([None, 64]),
+)
+def test_stage_cost_stops_the_decomposition_early_without_changing_it(
+    s, seed, law, alpha_share, penalty, max_stages, quantum
+):
+    """With a stage cost the decomposition stops once the cut can keep no more stages:
+    the kept stages are those the cut picks from the whole (uncut) decomposition."""
+    from suite.workloads import generate
+
+    d = generate(f"{law}@{seed}", s * 4, 1 << 16)
+    whole = fast.schedule(d, 4, max_stages=max_stages, quantum=quantum)
+    alpha = float(alpha_share * whole.line_sum)
+    cut = fast.schedule(d, 4, max_stages=max_stages, quantum=quantum, stage_cost_bytes=alpha,
+                        tail_penalty=penalty)  # fmt: skip
+    keep = _cut_reference(whole.weights, whole.line_sum, alpha, penalty)
+    assert cut.nstages == keep
+    assert np.array_equal(cut.weights, whole.weights[:keep])
+    assert np.array_equal(cut.perms, whole.perms[:keep])
+    assert keep <= cut.computed_stages <= whole.computed_stages

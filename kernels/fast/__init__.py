@@ -16,6 +16,7 @@ from kernels.fast.scheduler import (
     check_traffic,
     compile_seconds,
     schedule,
+    schedule_ahead,
     server_matrix,
     warmup,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "check_traffic",
     "compile_seconds",
     "schedule",
+    "schedule_ahead",
     "server_matrix",
     "warmup",
 ]

@@ -1,7 +1,9 @@
 """Compiled core of the FAST scheduler (numba, cached on disk).
 
 Imported lazily by :mod:`kernels.fast.scheduler` (the leading underscore keeps the plug-in
-loader away from it), so importing :mod:`kernels` does not pay numba's start-up.
+loader away from it), so importing :mod:`kernels` does not pay numba's start-up. Every
+function releases the GIL (``nogil``), so a schedule can be made on another thread while
+this one posts or waits (:func:`kernels.fast.scheduler.schedule_ahead`).
 
 Everything is integer arithmetic in *units* (the alignment unit, ``unit`` bytes); a pair
 of ``D`` bytes is ``ceil(D / unit)`` units whose last one may be short, so bytes are
@@ -37,7 +39,7 @@ MODE_BOTTLENECK = 1
 MODE_THRESHOLD = 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pow2_floor(x: int) -> int:
     r = 1
     while r * 2 <= x:
@@ -45,14 +47,27 @@ def _pow2_floor(x: int) -> int:
     return r
 
 
-@njit(cache=True)
-def decompose(A, line_sum, mode, max_stages):
+@njit(cache=True, nogil=True, inline="always")
+def _parts(w, stage_max):
+    """Stages a stage of ``w`` units is cut into (``stage_max`` units each; <= 0: none)."""
+    return 1 if stage_max <= 0 else (w + stage_max - 1) // stage_max
+
+
+@njit(cache=True, nogil=True)
+def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_max):
     """BvN stages of ``A`` (modified in place: it ends as the residual).
 
     Returns ``(perms, weights, nstages, residual_line_sum)``; ``perms[k, s]`` is the
     server that server s sends to in stage k. Stops after ``max_stages`` stages.
-    (The search helpers are closures: calls to jitted functions taking arrays pay
-    reference counting per array argument.)
+
+    ``stage_cost > 0`` (units; ``MODE_BOTTLENECK`` only): also stops as soon as no
+    further stage can be kept by :func:`synthesize`'s stage-count cut (same
+    ``stage_cost``, ``penalty``, ``quantum`` and ``stage_max``), so the cut keeps what it
+    would keep from the whole decomposition. Bottleneck weights never grow (each is
+    the largest smallest entry of a perfect matching, and entries only shrink), so once
+    a stage's fixed cost outweighs the tail bytes it saves, every longer prefix that
+    leaves a tail costs more; and one that leaves none needs at least ``ceil(rest /
+    w)`` more stages, whose fixed costs give a lower bound to compare with the best.
     """
     n = A.shape[0]
     match_row = np.full(n, -1, np.int64)
@@ -163,6 +178,10 @@ def decompose(A, line_sum, mode, max_stages):
         theta = A.max()
     stamp = 0
     k = 0
+    cut = stage_cost > 0.0 and mode == MODE_BOTTLENECK
+    done = 0
+    fixed = 0.0
+    cheapest = stage_cost + penalty * rest * quantum  # the cut's cost of no stage at all
     while True:
         # greedy pass: an unmatched row takes its smallest allowed free column (a tight
         # fit keeps large entries for later stages: measured fewer, larger stages)
@@ -207,6 +226,17 @@ def decompose(A, line_sum, mode, max_stages):
         rest -= w
         if rest == 0 or k >= cap:
             break
+        if cut:
+            done += w * quantum
+            fixed += _parts(w * quantum, stage_max) * stage_cost
+            tail = rest * quantum
+            cost = fixed + done + stage_cost + penalty * tail
+            if cost < cheapest:
+                cheapest = cost
+            if (penalty - 1.0) * w * quantum <= stage_cost:
+                more = (rest + w - 1) // w  # stages still needed to leave no tail
+                if k + more > cap or fixed + done + tail + more * stage_cost > cheapest * 1.000001:
+                    break
         for r in range(n):
             c = match_row[r]
             a = A[r, c]
@@ -219,7 +249,7 @@ def decompose(A, line_sum, mode, max_stages):
 # ----------------------------------------------------------------------------- synthesis
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def minmax(D):
     """Smallest and largest entry, in one pass."""
     lo = D[0, 0]
@@ -234,7 +264,7 @@ def minmax(D):
     return lo, hi
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _units(d, unit, shift):
     """``ceil(d / unit)``; a shift when ``unit`` is a power of two (``shift >= 0``)."""
     if shift >= 0:
@@ -242,7 +272,7 @@ def _units(d, unit, shift):
     return (d + unit - 1) // unit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pad(M, line):
     """Add dummy entries so every row and column of ``M`` sums to ``line``.
 
@@ -274,7 +304,7 @@ def pad(M, line):
             dc[j] -= x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max):
     """Balancing, server matrix, padding, decomposition and the stage-count cut.
 
@@ -292,7 +322,8 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
     balancing, ``line`` = T in units, ``moves`` the balancing pieces (rows ``s, t, a, b,
     x0, n``: GPU a of s hands units ``[x0, x0 + n)`` of its region for t to GPU b),
     ``perms``/``weights`` the kept stages (largest first, weights in units),
-    ``computed`` the stage count before the cut, ``tail[u, t]`` the units GPU u still
+    ``computed`` the stage count before the cut (the decomposition stops early where
+    the cut could keep no more; see :func:`decompose`), ``tail[u, t]`` the units GPU u still
     holds for server t after the stages.
     """
     P = D.shape[0]
@@ -366,7 +397,8 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
         line = max(line, M[s, :].sum(), M[:, s].sum())
     pad(M, line)
     limit = cap if cap >= 0 else S * S + 1
-    perms, weights, computed, rest = decompose(M, line, mode, limit)
+    perms, weights, computed, rest = decompose(M, line, mode, limit, stage_cost, penalty,
+                                               quantum, stage_max)  # fmt: skip
     order = np.argsort(-weights, kind="mergesort")
     perms = perms[order].copy()
     weights = weights[order] * quantum
@@ -386,8 +418,7 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
                 keep = k
             if k < computed:
                 done += weights[k]
-                parts = 1 if stage_max <= 0 else (weights[k] + stage_max - 1) // stage_max
-                fixed += parts * stage_cost
+                fixed += _parts(weights[k], stage_max) * stage_cost
     perms = perms[:keep].copy()
     weights = weights[:keep].copy()
     if stage_max > 0 and keep > 0 and weights[0] > stage_max:
@@ -453,7 +484,7 @@ PHASE_REDISTRIBUTE = 3
 PHASE_TAIL = 4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, with_pieces,
           pipelined, ops_cap, pieces_cap, tail_step):  # fmt: skip
     """Walk the schedule and emit the per-rank ops (all ranks, or only rank ``want``).
@@ -913,7 +944,7 @@ def build(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want,
     return rows, rank_start, nops, pcs[: min(npcs, pcs.shape[0])], npcs, bufbytes
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_rank(D, G, unit, shift, region, c, moves, perms, weights, tail_units, want, pipelined,
                ops_cap, tail_step):  # fmt: skip
     """:func:`build` for rank ``want`` alone: ``(rows, nops, balance, stage0, stage1,
@@ -923,3 +954,71 @@ def build_rank(D, G, unit, shift, region, c, moves, perms, weights, tail_units, 
                                           tail_step)  # fmt: skip
     b = bufbytes[want]
     return rows, nops, b[0], b[1], b[2], b[3]
+
+
+# ----------------------------------------------------------------------------- binding
+
+# posting classes within a step: node sends, rail sends, node receives, rail receives, copies
+NCLASSES = 5
+CLASS_COPY = 4
+
+
+@njit(cache=True, nogil=True)
+def bind_order(rows, nsteps, world, node_base, g, local):
+    """A plan's ops (``rows``: n x 9, the ``OP_FIELDS`` columns) in posting order, for
+    :class:`kernels.fast.executor.PlanExecutor`.
+
+    Returns ``(cols, bounds)``. ``cols`` (6 x n): per op in posting order its peer
+    (a world rank when ``world``, else the rank in its group), buffer, start and end
+    offset (a receive: where it writes; a send or copy: where it reads), and for a copy
+    its destination buffer and offset. ``bounds`` (one row per non-empty step): the
+    step's first op and the end of each posting class (node sends, rail sends, node
+    receives, rail receives, copies).
+    Within a class the plan's order is kept (messages between the same pair are matched
+    in posting order).
+    """
+    n = rows.shape[0]
+    nkeys = nsteps * NCLASSES
+    count = np.zeros(nkeys + 1, np.int64)
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        kind = rows[i, 1]
+        cls = CLASS_COPY if kind == KIND_COPY else kind * 2 + rows[i, 2]
+        keys[i] = rows[i, 0] * NCLASSES + cls
+        count[keys[i] + 1] += 1
+    for k in range(nkeys):
+        count[k + 1] += count[k]
+    cols = np.empty((6, n), np.int64)
+    fill = count[:-1].copy()
+    for i in range(n):
+        q = fill[keys[i]]
+        fill[keys[i]] = q + 1
+        kind = rows[i, 1]
+        peer = rows[i, 3]
+        if world and kind != KIND_COPY:
+            peer = node_base + peer if rows[i, 2] == GROUP_NODE else peer * g + local
+        cols[0, q] = peer
+        if kind == KIND_RECV:
+            cols[1, q] = rows[i, 6]
+            cols[2, q] = rows[i, 7]
+        else:
+            cols[1, q] = rows[i, 4]
+            cols[2, q] = rows[i, 5]
+        cols[3, q] = cols[2, q] + rows[i, 8]
+        cols[4, q] = rows[i, 6]
+        cols[5, q] = rows[i, 7]
+    nonempty = 0
+    for s in range(nsteps):
+        if count[(s + 1) * NCLASSES] > count[s * NCLASSES]:
+            nonempty += 1
+    bounds = np.empty((nonempty, NCLASSES + 1), np.int64)
+    j = 0
+    for s in range(nsteps):
+        first = count[s * NCLASSES]
+        if count[(s + 1) * NCLASSES] == first:
+            continue
+        bounds[j, 0] = first
+        for c in range(NCLASSES):
+            bounds[j, c + 1] = count[s * NCLASSES + c + 1]
+        j += 1
+    return cols, bounds

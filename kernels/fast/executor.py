@@ -3,9 +3,10 @@
 A :class:`~kernels.fast.plan.RankPlan` lists, step by step, the sends, receives and
 local copies of one rank (balance; intra-server traffic with rail step 0; rail step j
 with the redistribution of rail step j - 1 out of the other staging buffer; the last
-drain). :class:`PlanExecutor` turns it, once, into per-step lists of
+drain). :class:`PlanExecutor` turns it, once per bind, into per-step lists of
 ``(peer, buffer slice)`` pairs bound to the caller's send / receive buffers and to its own
-scratch buffers, and :meth:`PlanExecutor.run` then only posts and waits:
+scratch buffers (up front, or step by step during the first run: ``bind(defer=True)``),
+and :meth:`PlanExecutor.run` then posts and waits:
 
 * ``cpu``: each step is one batch of MPI ``Irecv``/``Isend`` plus ``numpy`` copies, then
   ``Waitall``: stage j + 1's rail transfers are in flight while stage j is redistributed;
@@ -160,7 +161,15 @@ class PlanExecutor:
 
     Scratch buffers only grow (one per kind: balance, two staging, tail), so binding
     plan after plan, as :func:`load` or a per-call scheduler does, allocates nothing once
-    the largest traffic has been seen."""
+    the largest traffic has been seen.
+
+    Binding is split in two: :meth:`bind` sorts the plan's ops into posting order and
+    resolves peers and buffers for all of them at once (one call of the numba core, no
+    per-op Python work); the per-op buffer slices a transport needs are cut per step. ``bind(...,
+    defer=True)`` (what ``fast+sched`` uses) leaves that to :meth:`run`, which cuts step
+    j + 1's slices while step j is in flight, so a fresh plan's first message leaves
+    without waiting for the whole plan's slices; otherwise :meth:`bind` cuts them all.
+    Either way they are cut once per bind and reused by every later :meth:`run`."""
 
     def __init__(self, transport: Any, groups: str = "world") -> None:
         if groups not in GROUPINGS:
@@ -168,7 +177,10 @@ class PlanExecutor:
         self.transport = transport
         self.groups = groups
         self._scratch: dict[int, Any] = {}
-        self._steps: list[tuple[tuple, tuple]] = []
+        self._steps: list[tuple[tuple, tuple]] = []  # the steps cut so far, in order
+        self._bounds: list[list[int]] = []  # per non-empty step: its class boundaries
+        self._cols = np.zeros((6, 0), np.int64)  # the ops in posting order (see bind)
+        self._bufs: list = []
 
     @property
     def scratch_bytes(self) -> int:
@@ -178,60 +190,80 @@ class PlanExecutor:
     @property
     def nsteps(self) -> int:
         """Non-empty steps of the bound plan."""
-        return len(self._steps)
+        return len(self._bounds)
 
-    def bind(self, plan: P.RankPlan, send: Any, recv: Any) -> None:
+    def bind(self, plan: P.RankPlan, send: Any, recv: Any, defer: bool = False) -> None:
         """Prepare ``plan`` on these buffers (byte arrays of the transport); no checks:
-        :func:`load` validates first."""
+        :func:`load` validates first. ``defer``: cut the buffer slices during the next
+        :meth:`run`, step by step (see the class docstring)."""
         t = self.transport
         for buf, need in plan.buffer_bytes.items():
             have = self._scratch.get(buf)
             if need > 0 and (have is None or have.size < need):
                 self._scratch[buf] = t.empty(int(need), np.uint8)
-        bufs = {P.SEND_BUF: send, P.RECV_BUF: recv, **self._scratch}
+        bufs = [None] * len(P.BUFFER_NAMES)
+        bufs[P.SEND_BUF], bufs[P.RECV_BUF] = send, recv
+        for buf, array in self._scratch.items():
+            bufs[buf] = array
+        self._bufs = bufs
+        self._steps = []
         topo = t.topo
         g = topo.gpus_per_node
-        node_base, local = topo.node * g, topo.local
-        split = self.groups == "split"
-        steps = []
-        rows = plan.ops.tolist()  # one conversion: this runs on every call of fast+sched
-        i = 0
-        while i < len(rows):
-            step = rows[i][0]
-            sends: tuple[list, list] = ([], [])  # indexed by P.NODE (0), P.RAIL (1)
-            recvs: tuple[list, list] = ([], [])
-            copies = []
-            while i < len(rows) and rows[i][0] == step:
-                _, kind, group, peer, sb, so, db, do, n = rows[i]
-                i += 1
-                if kind == P.COPY:
-                    copies.append((bufs[db][do : do + n], bufs[sb][so : so + n]))
-                    continue
-                if not split:
-                    peer = node_base + peer if group == P.NODE else peer * g + local
-                if kind == P.SEND:
-                    sends[group].append((peer, bufs[sb][so : so + n]))
-                else:
-                    recvs[group].append((peer, bufs[db][do : do + n]))
-            if split:
-                posts = tuple((name, sends[grp], recvs[grp])
-                              for name, grp in (("node", P.NODE), ("rail", P.RAIL))
-                              if sends[grp] or recvs[grp])  # fmt: skip
-            else:
-                snd, rcv = sends[P.NODE] + sends[P.RAIL], recvs[P.NODE] + recvs[P.RAIL]
-                posts = (("world", snd, rcv),) if snd or rcv else ()
-            steps.append((posts, tuple(copies)))
-        self._steps = steps
+        rows = np.ascontiguousarray(plan.ops).view(np.int64).reshape(-1, len(P.OP_FIELDS))
+        cols, bounds = _bind_order()(rows, plan.nsteps, self.groups == "world",
+                                     topo.node * g, g, topo.local)  # fmt: skip
+        self._cols, self._bounds = cols, bounds.tolist()
+        if not defer:
+            for i in range(len(self._bounds)):
+                self._cut(i)
+
+    def _cut(self, i: int) -> tuple[tuple, tuple]:
+        """Step ``i``'s posts and copies as buffer slices (cut once, then kept)."""
+        if i < len(self._steps):
+            return self._steps[i]
+        b = self._bounds[i]
+        peer, buf, lo, hi, dbuf, doff = self._cols[:, b[0] : b[5]].tolist()
+        bufs = self._bufs
+        views = [bufs[k][x:y] for k, x, y in zip(buf, lo, hi, strict=True)]
+        o = [x - b[0] for x in b]
+        copies = tuple(
+            (bufs[dbuf[j]][doff[j] : doff[j] + hi[j] - lo[j]], views[j]) for j in range(o[4], o[5])
+        )
+        pairs = list(zip(peer[: o[4]], views, strict=False))
+        if self.groups == "split":
+            posts = tuple((name, pairs[o[c] : o[c + 1]], pairs[o[c + 2] : o[c + 3]])
+                          for name, c in (("node", P.NODE), ("rail", P.RAIL))
+                          if o[c + 1] > o[c] or o[c + 3] > o[c + 2])  # fmt: skip
+        else:
+            posts = (("world", pairs[: o[2]], pairs[o[2] : o[4]]),) if o[4] else ()
+        step = (posts, copies)
+        self._steps.append(step)
+        return step
 
     def run(self) -> None:
-        """One all-to-allv: per step, post its sends and receives, copy, wait."""
+        """One all-to-allv: per step, post its sends and receives, copy, wait (and cut
+        the next step's slices, if :meth:`bind` deferred them, before waiting)."""
         t = self.transport
-        for posts, copies in self._steps:
+        n = len(self._bounds)
+        if n == 0:
+            return
+        step = self._cut(0)
+        for i in range(n):
+            posts, copies = step
             pending = [t.start(s, r, group) for group, s, r in posts]
             for dst, src in copies:
                 t.copy(dst, src)
+            if i + 1 < n:
+                step = self._cut(i + 1)  # while step i is in flight
             for p in pending:
                 p.wait()
+
+
+def _bind_order():
+    """The numba core's :func:`~kernels.fast._core.bind_order` (numba loads on first use)."""
+    from kernels.fast.scheduler import _core_fn
+
+    return _core_fn("bind_order")
 
 
 def load(

@@ -14,7 +14,8 @@ Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword o
 :func:`kernels.fast.schedule` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
 ``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
 ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
-communicators; see :mod:`kernels.fast.executor`).
+communicators; see :mod:`kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
+(default) or ``1`` (the next call's schedule is made during this call's transfer).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 import numpy as np
 
 from kernels.cases import AlltoallvCase
-from kernels.fast import compile_seconds, schedule, warmup
+from kernels.fast import compile_seconds, schedule, schedule_ahead, warmup
 from kernels.fast.executor import PlanExecutor, load
 from kernels.registry import register
 
@@ -38,14 +39,17 @@ SCHEDULE_OPTIONS = tuple(
 _NONE = ("none", "None")
 
 
-def schedule_options(name: str, params: dict, allowed: tuple[str, ...]) -> tuple[dict, str]:
+def schedule_options(
+    name: str, params: dict, allowed: tuple[str, ...], others: tuple[str, ...] = ()
+) -> tuple[dict, str]:
     """``(scheduler options, groups)`` from ``--param`` values; ``ValueError`` naming an
-    unknown key. Values are checked by the scheduler itself."""
+    unknown key. Values are checked by the scheduler itself. ``others``: keys the caller
+    takes out first (only named in the message)."""
     opts = dict(params)
     groups = str(opts.pop("groups", "world"))
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
-        known = ", ".join((*allowed, "groups"))
+        known = ", ".join((*allowed, *others, "groups"))
         raise ValueError(f"{name}: unknown --param {unknown[0]!r} (known: {known})")
     for key, value in opts.items():
         if value in _NONE:
@@ -58,10 +62,11 @@ class _Fast:
 
     name = "fast"
     allowed: tuple[str, ...] = SCHEDULE_OPTIONS
+    others: tuple[str, ...] = ()  # the subclass's own --param keys, taken out before
     fixed: dict = {}
 
     def __init__(self, transport, params: dict) -> None:
-        opts, groups = schedule_options(self.name, params, self.allowed)
+        opts, groups = schedule_options(self.name, params, self.allowed, self.others)
         self.options = {**opts, **self.fixed}
         self.transport = transport
         self.executor = PlanExecutor(transport, groups)
@@ -121,30 +126,68 @@ class Fast(_Fast):
 
 @register("alltoallv", "fast+sched", capturable=False)
 class FastSched(_Fast):
-    """FAST with the schedule recomputed inside every call (MoE training's case)."""
+    """FAST with the schedule recomputed inside every call (MoE training's case).
+
+    ``--param ahead=1``: each call also starts the next call's schedule on a background
+    thread (:func:`kernels.fast.schedule_ahead`) before its transfer, as an MoE layer
+    can once it has routed; a benchmark's next matrix is this call's. The next call
+    uses it if it was made for that call's matrix, else schedules as usual."""
 
     name = "fast+sched"
+    others = ("ahead",)
+
+    def __init__(self, transport, params: dict) -> None:
+        params = dict(params)
+        ahead = str(params.pop("ahead", "0"))
+        if ahead not in ("0", "1"):
+            raise ValueError(f"{self.name}: --param ahead must be 0 or 1, got {ahead!r}")
+        super().__init__(transport, params)
+        self.ahead = ahead == "1"
+        self._next = None
 
     def setup(self, case: AlltoallvCase) -> None:
         super().setup(case)
-        self._sched_s, self._calls = 0.0, 0
+        self._sched_s, self._calls, self._ahead_used, self._next = 0.0, 0, 0, None
 
     def run(self, case: AlltoallvCase) -> None:
         """Schedule ``case.traffic`` (every rank must pass the same matrix, as an MoE
-        layer's all-gathered routing counts are), bind this rank's plan, execute."""
+        layer's all-gathered routing counts are), bind this rank's plan, execute (the
+        buffer slices of step j + 1 are cut while step j is in flight)."""
         t0 = time.perf_counter()
-        sched = self._synthesize(case.traffic, case.unit)
-        self.executor.bind(sched.plan(self.transport.topo.rank), case.send, case.recv)
+        rank = self.transport.topo.rank
+        sched = self._made_ahead(case)
+        if sched is None:
+            sched = self._synthesize(case.traffic, case.unit)
+        self.executor.bind(sched.plan(rank), case.send, case.recv, defer=True)
+        if self.ahead:
+            self._next = schedule_ahead(case.traffic, self.transport.topo.gpus_per_node,
+                                        rank=rank, unit=case.unit, **self.options)  # fmt: skip
         self._sched_s += time.perf_counter() - t0
         self._calls += 1
         self.schedule = sched
         self.executor.run()
+
+    def _made_ahead(self, case: AlltoallvCase):
+        """The schedule the previous call started, if it is for this call's matrix."""
+        future, self._next = self._next, None
+        if future is None:
+            return None
+        try:
+            sched = future.result()
+        except ValueError:  # scheduling this matrix now raises the same, on this thread
+            return None
+        if sched.unit != case.unit or not np.array_equal(sched.traffic, case.traffic):
+            return None
+        self._ahead_used += 1
+        return sched
 
     def info(self) -> dict:
         out = super().info()
         out.update(
             calls=self._calls,
             per_call_schedule_us=self._sched_s / self._calls * 1e6 if self._calls else None,
+            ahead=self.ahead,
+            ahead_used=self._ahead_used,
         )
         return out
 

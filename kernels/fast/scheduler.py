@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +105,7 @@ def warmup() -> float:
                     64, 64, 0)  # fmt: skip
         _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, pipelined,
                     64, 1, 0)  # fmt: skip
+    _core.bind_order(np.zeros((0, len(_plan.OP_FIELDS)), np.int64), 1, True, 0, 1, 0)
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
 
@@ -439,6 +442,34 @@ def schedule(
         core,
         seconds,
     )
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def schedule_ahead(traffic, gpus_per_node: int, *, rank: int | None = None, **options) -> Future:
+    """:func:`schedule` on a background thread: a future whose result is the
+    :class:`Schedule`, with ``rank``'s plan already built when ``rank`` is given.
+
+    For a caller that knows a matrix before it needs its schedule (an MoE layer knows
+    its combine's matrix, the transpose of its dispatch's, as soon as it has routed):
+    the numba core releases the GIL, so the synthesis runs on another core while this
+    thread posts and waits for the current transfer. The matrix is copied first, so the
+    caller may reuse its array. Bad input raises from ``result()``, as :func:`schedule`
+    would."""
+    global _pool
+    warmup()  # load the core here, not on the worker (and once)
+    if _pool is None:
+        _pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "fast-schedule")
+    d = np.array(traffic, copy=True)
+
+    def work() -> Schedule:
+        sched = schedule(d, gpus_per_node, **options)
+        if rank is not None:
+            sched.plan(rank)
+        return sched
+
+    return _pool.submit(work)
 
 
 def server_matrix(traffic, gpus_per_node: int, unit: int = 1) -> tuple[np.ndarray, int]:

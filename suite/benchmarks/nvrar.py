@@ -49,15 +49,18 @@ def under_launcher() -> bool:
     return any(v in os.environ for v in _LAUNCHED)
 
 
-def relaunch(np_: int, argv: list[str], timeout: float) -> int:
-    """Run this module with ``argv`` on ``np_`` ranks; returns the exit status."""
+def relaunch(
+    np_: int, argv: list[str], timeout: float, module: str = "suite.benchmarks.nvrar"
+) -> int:
+    """Run ``module`` (default: this one) with ``argv`` on ``np_`` ranks; returns the exit
+    status."""
     launcher = find_mpiexec() or "mpiexec"
     env = local_env()
-    cmd = [launcher, "-n", str(np_), sys.executable, "-m", "suite.benchmarks.nvrar", *argv]
+    cmd = [launcher, "-n", str(np_), sys.executable, "-m", module, *argv]
     try:
         return subprocess.run(cmd, env=env, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
-        print(f"nvrar benchmark: no result after {timeout:g} s, stopped", file=sys.stderr)
+        print(f"{module}: no result after {timeout:g} s, stopped", file=sys.stderr)
         return 124
 
 
