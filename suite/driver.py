@@ -20,6 +20,7 @@ from kernels.registry import implementations, lookup
 from suite import __version__, collectives, metrics, results
 from suite.backends import BACKENDS, check_backend_available, create_transport
 from suite.backends.dtypes import parse_dtype
+from suite.cluster.netns import current_fabric
 from suite.errors import UsageError
 from suite.units import format_size, parse_size, size_sweep
 
@@ -328,6 +329,7 @@ class Sweep:
             "modelled": False,
             "versions": results.versions(info),
             "env": results.captured_env(),
+            "emulated_fabric": current_fabric(),
         }
 
     # ------------------------------------------------------------ points

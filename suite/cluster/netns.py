@@ -68,6 +68,13 @@ def load_state(folder: Path) -> dict:
         raise UsageError(f"{path} is damaged ({exc}): run `commbench cluster down`") from None
 
 
+def current_fabric() -> dict | None:
+    """The emulated fabric this rank runs on (``$COMMBENCH_CLUSTER``, set by the rank
+    wrapper), for result records; None outside the emulated cluster."""
+    path = os.environ.get("COMMBENCH_CLUSTER")
+    return load_state(Path(path).parent)["fabric"] if path else None
+
+
 def load_spec(folder: Path) -> ClusterSpec:
     return spec_from_dict(load_state(folder)["spec"])
 
@@ -211,9 +218,22 @@ def _nic(spec: ClusterSpec, ns: str, nic: Nic) -> None:
     subnet = ".".join(nic.address.split(".")[:2]) + ".0.0/16"
     sh(["ip", "-n", ns, "route", "add", subnet, "dev", nic.name, "src", nic.address,
         "table", str(nic.table)])  # fmt: skip
-    for argv in node_qdisc_commands(spec, nic):
-        sh(in_ns(ns, argv))
+    shape_nic(spec, ns, nic)
     sh(in_ns(spec.switch_netns, port_qdisc_command(spec, nic)))
+
+
+def shape_nic(spec: ClusterSpec, ns: str, nic: Nic, loss_pct: float = 0.0) -> None:
+    """The node-side qdiscs of one NIC; netem (latency, loss) only where the kernel has it."""
+    try:
+        for argv in node_qdisc_commands(spec, nic, loss_pct):
+            sh(in_ns(ns, argv))
+    except ClusterError as exc:
+        if "netem" in str(exc) and "kind is unknown" in str(exc):
+            raise ClusterError(
+                "this kernel has no netem qdisc (sch_netem), which link latency and loss "
+                "need: load it (modprobe sch_netem) or run without --latency / loss"
+            ) from None
+        raise
 
 
 # ------------------------------------------------------------------ down
@@ -350,6 +370,9 @@ def fault(spec: ClusterSpec, nic: Nic, action: str, loss_pct: float | None = Non
     else:
         raise UsageError(f"unknown fault {action!r}: down, up, loss or restore")
     sh(["tc", "-n", ns, "qdisc", "del", "dev", nic.name, "root"])
-    for argv in node_qdisc_commands(spec, nic, loss_pct):
-        sh(in_ns(ns, argv))
+    try:
+        shape_nic(spec, ns, nic, loss_pct)
+    except ClusterError:
+        shape_nic(spec, ns, nic)  # leave the NIC shaped as before
+        raise
     return f"{ns} {nic.name}: " + (f"{loss_pct:g}% loss on send" if loss_pct else "no loss")
