@@ -109,7 +109,7 @@ def test_records_say_they_come_from_the_emulated_cluster(cluster, tmp_path):
     rec = pd.read_json(out, lines=True).iloc[0]
     assert rec.nodes == 2 and rec.gpus_per_node == 2 and rec.nwrong == 0
     assert rec.hostnames == ["cbt-n0", "cbt-n1"]
-    assert rec.system == "emulated-custom"
+    assert rec.system == "emulated-cluster-custom"
     fabric = rec.emulated_fabric
     assert fabric["emulated"] and fabric["nic_mbit"] == 800.0 and fabric["switch_queue_pkts"]
 

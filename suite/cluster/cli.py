@@ -200,7 +200,7 @@ def launch_env(spec: ClusterSpec, state: dict) -> dict[str, str]:
     env = dict(os.environ)
     env.update(MPI_ENV)
     env["PRTE_MCA_plm_ssh_agent"] = state["agent"]
-    env.setdefault("COMMBENCH_SYSTEM", f"emulated-{spec.profile or 'custom'}")
+    env.setdefault("COMMBENCH_SYSTEM", f"emulated-cluster-{spec.profile or 'custom'}")
     return env
 
 
@@ -224,3 +224,38 @@ def run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> int:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait()
         raise
+
+
+# ------------------------------------------------------------------ for the sweep and bench
+
+#: TCP payload per byte on the wire at MTU 1500: 1448 data bytes per 1514-byte frame
+TCP_PAYLOAD_FRACTION = 1448 / 1514
+MODELLED_IMPLS = ("fast", "fanout", "spreadout", "balance-only")
+
+
+def cluster_launcher(prefix: str) -> list[str]:
+    """The launcher words that run a per-rank command on the emulated cluster ``prefix``."""
+    netns.load_state(netns.state_dir(prefix))  # refuse now if it is not up
+    return [sys.executable, "-m", "suite", "cluster", "exec", "--prefix", prefix, "--"]
+
+
+def model_overrides(spec: ClusterSpec) -> list[str]:
+    """``commbench simulate`` fabric flags for this cluster: TCP payload rate of a NIC and,
+    when measured at ``up``, the shared-memory rate as the scale-up tier."""
+    flags = ["--nic-GBps", f"{spec.nic_GBps * TCP_PAYLOAD_FRACTION:.6g}"]
+    if spec.shm_GBps:
+        flags += ["--scaleup-GBps", f"{spec.shm_GBps:.6g}"]
+    return flags
+
+
+def cluster_model_argv(
+    prefix: str, workload: str, size: str = "4M", impls=MODELLED_IMPLS
+) -> list[str]:
+    """``commbench simulate`` arguments predicting the all-to-allv sweep on this cluster
+    (the ``local`` profile's software costs, this cluster's nodes, ranks and NIC rate)."""
+    spec = netns.load_spec(netns.state_dir(prefix))
+    return [
+        "alltoallv", "--system", "local", "--servers", str(spec.nodes),
+        "--gpus-per-node", str(spec.ranks_per_node), "--workload", workload,
+        "--size", size, "--impls", ",".join(impls), "--no-tune", *model_overrides(spec),
+    ]  # fmt: skip
