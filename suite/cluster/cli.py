@@ -249,11 +249,11 @@ def model_overrides(spec: ClusterSpec) -> list[str]:
 
 
 def cluster_model_argv(
-    prefix: str, workload: str, size: str = "4M", impls=MODELLED_IMPLS
+    prefix: str, workload: str, size: str = "4M", impls=MODELLED_IMPLS, folder: Path | None = None
 ) -> list[str]:
     """``commbench simulate`` arguments predicting the all-to-allv sweep on this cluster
     (the ``local`` profile's software costs, this cluster's nodes, ranks and NIC rate)."""
-    spec = netns.load_spec(netns.state_dir(prefix))
+    spec = netns.load_spec(netns.state_dir(prefix, folder))
     return [
         "alltoallv", "--system", "local", "--servers", str(spec.nodes),
         "--gpus-per-node", str(spec.ranks_per_node), "--workload", workload,
