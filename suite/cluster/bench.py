@@ -31,12 +31,25 @@ from suite.cluster.profiles import load_emulated_profile
 
 PREFIX = "cbb"
 SHAPES = ((4, 2), (2, 4))
-IMPLS = ("fast", "fanout", "mpi", "spreadout", "balance-only", "fast+sched")
+#: ``fast`` is FAST told the fabric's stage cost (``stage_cost_bytes``, as its scheduler
+#: expects); ``fast-default`` the scheduler's default (no stage cost)
+IMPLS = ("fast", "fanout", "mpi", "spreadout", "balance-only", "fast+sched", "fast-default")
 #: (queue profile, workloads, implementations) measured on every shape
 PLAN = (
     ("target-deep", ("uniform", "zipf:0.8"), IMPLS),
     ("target-shallow", ("zipf:0.8",), ("fast", "fanout", "mpi")),
 )
+
+
+def impl_argv(label: str, spec: ClusterSpec) -> list[str]:
+    """``--impl`` and ``--param`` words for a row label."""
+    if label == "fast-default":
+        return ["--impl", "fast"]
+    if label in ("fast", "fast+sched") and spec.stage_cost_bytes:
+        return ["--impl", label, "--param", f"stage_cost_bytes={spec.stage_cost_bytes}"]
+    return ["--impl", label]
+
+
 SIZE = "4M"
 
 
@@ -71,7 +84,7 @@ def measure(spec: ClusterSpec, folder: Path, impl: str, workload: str, iters: in
     """One launch: per-call max-over-ranks times and the busiest NIC's bytes per call."""
     warmup = 1
     before = netns.counters(spec)
-    proc = launch(folder, ["commbench", "run", "alltoallv", "--impl", impl, "-b", SIZE, "-e",
+    proc = launch(folder, ["commbench", "run", "alltoallv", *impl_argv(impl, spec), "-b", SIZE, "-e",
                            SIZE, "--workload", workload, "--timing", "latency", "-n", str(iters),
                            "-w", str(warmup), "--out", str(out)])  # fmt: skip
     after = netns.counters(spec)
@@ -89,6 +102,7 @@ def measure(spec: ClusterSpec, folder: Path, impl: str, workload: str, iters: in
         "switch_drops": drops,
         "nwrong": rec["nwrong"],
         "rank_finish_us": rec["rank_finish_us"],
+        "stages": (rec.get("info") or {}).get("stages"),
     }
 
 
@@ -106,7 +120,8 @@ def run_shape(nodes: int, rpn: int, shm: float, args, rows: list[dict]) -> None:
         prof = load_emulated_profile(profile)
         spec = ClusterSpec(prefix=PREFIX, nodes=nodes, ranks_per_node=rpn,
                            nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
-                           profile=profile, shm_GBps=round(shm, 3))  # fmt: skip
+                           profile=profile, shm_GBps=round(shm, 3),
+                           stage_cost_us=prof.stage_cost_us)  # fmt: skip
         folder = Path(tempfile.mkdtemp(prefix="cbb-state-"))
         if netns.namespaces_with_prefix(PREFIX):
             netns.remove(PREFIX, folder)
@@ -153,6 +168,8 @@ def tables(df: pd.DataFrame) -> str:
         fast = med.loc[(shape, "target-deep", "zipf:0.8", "fast")]
         lines += [
             f"| {shape} | FAST vs fan-out, zipf 0.8, deep | >= 1.3 | {r('target-deep', 'zipf:0.8', 'fanout'):.2f} |",
+            f"| {shape} | (FAST without the stage cost vs fan-out, zipf 0.8, deep) | - | "
+            f"{t[(shape, 'target-deep', 'zipf:0.8', 'fanout')] / t[(shape, 'target-deep', 'zipf:0.8', 'fast-default')]:.2f} |",
             f"| {shape} | FAST vs fan-out, zipf 0.8, shallow | >= 2 | {r('target-shallow', 'zipf:0.8', 'fanout'):.2f} |",
             f"| {shape} | FAST vs fan-out, uniform | >= 0.9 | {r('target-deep', 'uniform', 'fanout'):.2f} |",
             f"| {shape} | FAST vs MPI_Alltoallv, zipf 0.8 | >= 1.2 | {r('target-deep', 'zipf:0.8', 'mpi'):.2f} |",
@@ -174,7 +191,7 @@ def tables(df: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m suite.cluster.bench", description=__doc__)
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per point")
-    p.add_argument("--iters", type=int, default=7, help="timed calls per launch (>= 5)")
+    p.add_argument("--iters", type=int, default=5, help="timed calls per launch (>= 5)")
     p.add_argument(
         "--out", type=Path, default=None, help="folder (default results/cluster-bench/STAMP)"
     )

@@ -115,6 +115,7 @@ def spec_from_args(args, measure_shm=None) -> ClusterSpec:
         latency_us=pick(args.latency, "latency_us", 0.0),
         switch_queue=pick(args.switch_queue, "switch_queue", 1000),
         profile=args.profile,
+        stage_cost_us=prof.stage_cost_us if prof else 0.0,
     )
     ClusterSpec(**spec_args)  # validate before measuring anything
     if nic is None:
@@ -228,8 +229,6 @@ def run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> int:
 
 # ------------------------------------------------------------------ for the sweep and bench
 
-#: TCP payload per byte on the wire at MTU 1500: 1448 data bytes per 1514-byte frame
-TCP_PAYLOAD_FRACTION = 1448 / 1514
 MODELLED_IMPLS = ("fast", "fanout", "spreadout", "balance-only")
 
 
@@ -240,11 +239,14 @@ def cluster_launcher(prefix: str) -> list[str]:
 
 
 def model_overrides(spec: ClusterSpec) -> list[str]:
-    """``commbench simulate`` fabric flags for this cluster: TCP payload rate of a NIC and,
-    when measured at ``up``, the shared-memory rate as the scale-up tier."""
-    flags = ["--nic-GBps", f"{spec.nic_GBps * TCP_PAYLOAD_FRACTION:.6g}"]
+    """``commbench simulate`` fabric flags for this cluster: TCP payload rate of a NIC,
+    the profile's stage cost and, when measured at ``up``, the shared-memory rate as the
+    scale-up tier."""
+    flags = ["--nic-GBps", f"{spec.payload_GBps:.6g}"]
     if spec.shm_GBps:
         flags += ["--scaleup-GBps", f"{spec.shm_GBps:.6g}"]
+    if spec.stage_cost_us:
+        flags += ["--stage-us", f"{spec.stage_cost_us:g}"]
     return flags
 
 

@@ -30,6 +30,7 @@ DATA_NET = "10.77"  # /16: node i, local k -> 10.77.i.(k+1)
 MGMT_NET = "10.78.0"  # /24: node i -> 10.78.0.(i+1)
 MTU = 1500
 FRAME_BYTES = MTU + 14
+TCP_PAYLOAD_BYTES = MTU - 52  # IPv4 + TCP headers with timestamps
 MAX_NODES = 16
 MAX_RANKS_PER_NODE = 8
 MAX_RANKS = 32
@@ -94,6 +95,7 @@ class ClusterSpec:
     switch_queue: int = 1000
     profile: str | None = None
     shm_GBps: float | None = None  # measured at `up` when a profile scales from it
+    stage_cost_us: float = 0.0  # one synchronised round of TCP exchanges (the profile's)
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -151,8 +153,18 @@ class ClusterSpec:
 
     @property
     def nic_GBps(self) -> float:
-        """The NIC rate as payload-free GB/s (1e9 bytes/s)."""
+        """The NIC's line rate in GB/s (1e9 bytes/s)."""
         return self.nic_mbit / 8e3
+
+    @property
+    def payload_GBps(self) -> float:
+        """What TCP carries of it at MTU 1500: 1448 data bytes per 1514-byte frame."""
+        return self.nic_GBps * TCP_PAYLOAD_BYTES / FRAME_BYTES
+
+    @property
+    def stage_cost_bytes(self) -> int:
+        """FAST's ``stage_cost_bytes``: the stage cost in bytes one NIC carries meanwhile."""
+        return int(round(self.stage_cost_us * self.payload_GBps * 1e3))
 
     def node(self, i: int) -> Node:
         ns = f"{self.prefix}-n{i}"
@@ -238,6 +250,7 @@ def fabric_metadata(spec: ClusterSpec) -> dict:
         "latency_us": spec.latency_us,
         "switch_queue_pkts": spec.switch_queue,
         "shm_GBps": spec.shm_GBps,
+        "stage_cost_us": spec.stage_cost_us,
     }
 
 
