@@ -250,12 +250,17 @@ def model_overrides(spec: ClusterSpec) -> list[str]:
     return flags
 
 
-def cluster_model_argv(
-    prefix: str, workload: str, size: str = "4M", impls=MODELLED_IMPLS, folder: Path | None = None
+def cluster_model_argv(prefix: str, workload: str, size: str = "4M") -> list[str]:
+    """``commbench simulate`` arguments predicting the all-to-allv sweep on the cluster
+    that is up as ``prefix``."""
+    return model_argv(netns.load_spec(netns.state_dir(prefix)), workload, size)
+
+
+def model_argv(
+    spec: ClusterSpec, workload: str, size: str = "4M", impls=MODELLED_IMPLS
 ) -> list[str]:
-    """``commbench simulate`` arguments predicting the all-to-allv sweep on this cluster
-    (the ``local`` profile's software costs, this cluster's nodes, ranks and NIC rate)."""
-    spec = netns.load_spec(netns.state_dir(prefix, folder))
+    """``commbench simulate`` arguments for this cluster: the ``local`` profile's software
+    costs with this cluster's nodes, ranks per node, NIC rate and stage cost."""
     return [
         "alltoallv", "--system", "local", "--servers", str(spec.nodes),
         "--gpus-per-node", str(spec.ranks_per_node), "--workload", workload,
