@@ -41,13 +41,14 @@ LOCAL_SWEEP = (
 )
 
 
-#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 4 MiB per
+#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 2 MiB per
 #: rank all-to-allv on balanced, skewed and MoE-like traffic, the NVRAR paper's range.
+CLUSTER_SIZE = "2M"
 CLUSTER_WORKLOADS = ("uniform", "zipf:0.0,0.4,0.8,0.99", "moe:16,2")
 CLUSTER_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "5",
                             "-w", "1")),
-    SweepItem("alltoallv", ("-b", "4M", "-e", "4M", "-n", "3", "-w", "1"),
+    SweepItem("alltoallv", ("-b", CLUSTER_SIZE, "-e", CLUSTER_SIZE, "-n", "3", "-w", "1"),
               CLUSTER_WORKLOADS),
 )  # fmt: skip
 
@@ -157,7 +158,7 @@ def run_sweep(args) -> int:
             from suite.cluster.cli import cluster_model_argv
 
             modelled = tuple(
-                (f"model-emulated-{i}.jsonl", cluster_model_argv(args.cluster, w))
+                (f"model-emulated-{i}.jsonl", cluster_model_argv(args.cluster, w, CLUSTER_SIZE))
                 for i, w in enumerate(CLUSTER_WORKLOADS)
             )
         failed += finish(folder, env, args.timeout, modelled)
