@@ -41,12 +41,12 @@ LOCAL_SWEEP = (
 )
 
 
-#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 2 MiB per
+#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 1 MiB per
 #: rank all-to-allv on balanced, skewed and MoE-like traffic, the NVRAR paper's range.
-CLUSTER_SIZE = "2M"
+CLUSTER_SIZE = "1M"
 CLUSTER_WORKLOADS = ("uniform", "zipf:0.0,0.4,0.8,0.99", "moe:16,2")
 CLUSTER_SWEEP = (
-    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "5",
+    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "3",
                             "-w", "1")),
     SweepItem("alltoallv", ("-b", CLUSTER_SIZE, "-e", CLUSTER_SIZE, "-n", "3", "-w", "1"),
               CLUSTER_WORKLOADS),
