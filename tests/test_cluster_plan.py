@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from suite.cli import main
 from suite.cluster import netns
 from suite.cluster.plan import (
     ClusterSpec,
@@ -21,7 +19,6 @@ from suite.cluster.plan import (
 )
 from suite.cluster.profiles import load_emulated_profile, profile_names
 from suite.errors import UsageError
-from tests.mpirun import ROOT
 
 
 def test_rates_parse_with_units():
@@ -62,8 +59,7 @@ def test_bad_specs_are_refused(kwargs, message):
     rpn=st.integers(1, 8),
 )
 def test_names_fit_the_kernel_and_addresses_are_unique(prefix, nodes, rpn):
-    if nodes * rpn > 32:
-        return
+    assume(nodes * rpn <= 32)
     spec = ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=rpn, nic_mbit=100.0)
     nics = [c for n in spec.all_nodes() for c in n.nics]
     ifaces = [c.port for c in nics] + [n.mgmt_port for n in spec.all_nodes()]
@@ -114,9 +110,10 @@ def test_every_emulated_profile_loads_and_scales_from_shared_memory():
         load_emulated_profile("nope")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "suite", "cluster", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    """``commbench cluster ARGS`` in this process: exit status and stderr."""
+    rc = main(["cluster", *args])
+    return rc, capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -130,19 +127,21 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         (["--profile", "nope"], "unknown emulated profile"),
     ],
 )
-def test_bad_up_is_one_line_exit_2_and_builds_nothing(tmp_path, args, message):
-    proc = _cli("up", "--prefix", "cbx", "--state", str(tmp_path / "s"), *args)
-    assert proc.returncode == 2 and message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_bad_up_is_one_line_exit_2_and_builds_nothing(capsys, tmp_path, args, message):
+    rc, err = _cli(capsys, "up", "--prefix", "cbx", "--state", str(tmp_path / "s"), *args)
+    assert rc == 2 and message in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
 
 
-def test_down_status_exec_with_nothing_up_are_refused(tmp_path):
+def test_down_status_exec_with_nothing_up_are_refused(capsys, tmp_path):
     state = str(tmp_path / "s")
-    for verb in (["down"], ["status"], ["exec", "--", "true"], ["fault", "--link", "0/0", "down"]):
-        proc = _cli(*verb, "--prefix", "cbx", "--state", state)
-        assert proc.returncode == 2, verb
-        assert "nothing to take down" in proc.stderr or "no emulated cluster" in proc.stderr
+    for verb in (["down"], ["status"], ["fault", "--link", "0/0", "down"]):
+        rc, err = _cli(capsys, *verb, "--prefix", "cbx", "--state", state)
+        assert rc == 2, verb
+        assert "nothing to take down" in err or "no emulated cluster" in err
+    rc, err = _cli(capsys, "exec", "--prefix", "cbx", "--state", state, "--", "true")
+    assert rc == 2 and "no emulated cluster" in err
 
 
 def test_up_without_net_admin_is_refused(monkeypatch, tmp_path):

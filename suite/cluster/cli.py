@@ -87,7 +87,7 @@ def _folder(args) -> Path:
     return netns.state_dir(args.prefix, args.state)
 
 
-def spec_from_args(args, measure_shm=None) -> ClusterSpec:
+def spec_from_args(args) -> ClusterSpec:
     """Profile values, overridden by flags; the NIC rate from ``--nic`` or the profile."""
     prof = None
     if args.profile:
@@ -100,7 +100,6 @@ def spec_from_args(args, measure_shm=None) -> ClusterSpec:
 
     nodes = pick(args.nodes, "nodes", 2)
     rpn = pick(args.ranks_per_node, "ranks_per_node", 2)
-    shm = None
     if args.nic is not None:
         nic = parse_rate(args.nic)
     elif prof is not None:
@@ -119,7 +118,7 @@ def spec_from_args(args, measure_shm=None) -> ClusterSpec:
     )
     ClusterSpec(**spec_args)  # validate before measuring anything
     if nic is None:
-        shm = (measure_shm or measure_shm_GBps)()
+        shm = measure_shm_GBps()
         spec_args.update(nic_mbit=prof.nic_mbit(shm), shm_GBps=round(shm, 3))
     return ClusterSpec(**spec_args)
 

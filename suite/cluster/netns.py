@@ -21,9 +21,11 @@ from pathlib import Path
 from suite.cluster.plan import (
     ClusterSpec,
     Nic,
+    agent_script,
     describe,
     node_qdisc_commands,
     port_qdisc_command,
+    rank_wrapper_script,
     spec_from_dict,
 )
 from suite.errors import UsageError
@@ -174,8 +176,6 @@ def _write_state(folder: Path, state: dict) -> None:
 
 
 def _write_scripts(spec: ClusterSpec, folder: Path) -> None:
-    from suite.cluster.plan import agent_script, rank_wrapper_script
-
     for name, text in (
         (AGENT, agent_script(spec)),
         (WRAPPER, rank_wrapper_script(spec, str(folder / STATE_FILE))),
