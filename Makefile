@@ -30,7 +30,8 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export MPIEXEC
 
-.PHONY: install run test bench gpu-wheels gpu-check figures report slurm jobs lint clean
+.PHONY: install run test bench gpu-wheels gpu-check figures report slurm jobs lint clean \
+	cluster-up cluster-run cluster-down cluster-bench
 
 install: $(VENV)/.installed
 
@@ -76,6 +77,23 @@ slurm:
 
 jobs: install
 	$(BIN)/commbench jobs submit --system local --nodes 1 --experiment interconnect
+
+# The emulated cluster (root): nodes are network namespaces, one shaped NIC per rank.
+#   CLUSTER=cb  CLUSTER_UP="--profile target-deep" (or e.g. --nodes 2 --ranks-per-node 4 --nic 400mbit)
+CLUSTER ?= cb
+CLUSTER_UP ?= --profile target-deep
+
+cluster-up: install
+	$(BIN)/commbench cluster up --prefix $(CLUSTER) $(CLUSTER_UP)
+
+cluster-run: install
+	$(BIN)/commbench sweep --cluster $(CLUSTER) --out-dir results/cluster
+
+cluster-down: install
+	$(BIN)/commbench cluster down --prefix $(CLUSTER)
+
+cluster-bench: install
+	$(PY) -m suite.cluster.bench
 
 lint: install
 	$(BIN)/ruff check suite kernels analysis tests

@@ -20,6 +20,7 @@ SUBCOMMANDS = [
     "suite.simulate",
     "suite.report_cli",
     "suite.schedule_cli",
+    "suite.cluster.cli",
 ]
 
 

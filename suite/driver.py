@@ -20,6 +20,7 @@ from kernels.registry import implementations, lookup
 from suite import __version__, collectives, metrics, results
 from suite.backends import BACKENDS, check_backend_available, create_transport
 from suite.backends.dtypes import parse_dtype
+from suite.cluster.netns import current_fabric
 from suite.errors import UsageError
 from suite.units import format_size, parse_size, size_sweep
 
@@ -337,6 +338,7 @@ class Sweep:
             "versions": results.versions(info),
             # with what the driver set for the implementation (ImplSpec.env) on a GPU
             "env": {**results.captured_env(), **self._impl_env()},
+            "emulated_fabric": current_fabric(),
         }
 
     def _impl_env(self) -> dict:

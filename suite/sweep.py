@@ -41,6 +41,18 @@ LOCAL_SWEEP = (
 )
 
 
+#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 1 MiB per
+#: rank all-to-allv on balanced, skewed and MoE-like traffic, the NVRAR paper's range.
+CLUSTER_SIZE = "1M"
+CLUSTER_WORKLOADS = ("uniform", "zipf:0.0,0.4,0.8,0.99", "moe:16,2")
+CLUSTER_SWEEP = (
+    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "3",
+                            "-w", "1")),
+    SweepItem("alltoallv", ("-b", CLUSTER_SIZE, "-e", CLUSTER_SIZE, "-n", "3", "-w", "1"),
+              CLUSTER_WORKLOADS),
+)  # fmt: skip
+
+
 #: After the measurements: one modelled table per tier of the papers (seconds each).
 MODELLED = (
     ("model-h200.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
@@ -70,6 +82,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
     p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="PREFIX",
+        help="run on the emulated cluster PREFIX (`commbench cluster up`): its nodes and "
+        "NICs, not --np/--gpus-per-node",
+    )
+    p.add_argument(
         "--no-report", action="store_true", help="skip the modelled tables, figures and report"
     )
     p.set_defaults(func=run_sweep)
@@ -80,20 +99,23 @@ def _default_mpiexec() -> str:
     return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
 
 
-def launches(backend: str, np_: int, gpus_per_node: int, out: Path) -> list[list[str]]:
+def launches(
+    backend: str, gpus_per_node: int | None, out: Path, items=LOCAL_SWEEP
+) -> list[list[str]]:
     """The ``commbench run`` command lines of the sweep (without the launcher)."""
     cmds = []
-    for item in LOCAL_SWEEP:
+    for item in items:
         for spec in implementations(item.collective):
             if backend not in spec.backends:
                 continue
             for workload in item.workloads:
                 cmd = [
                     sys.executable, "-m", "suite", "run", item.collective,
-                    "--impl", spec.name, "--backend", backend,
-                    "--gpus-per-node", str(gpus_per_node), *item.flags,
+                    "--impl", spec.name, "--backend", backend, *item.flags,
                     "--out", str(out),
                 ]  # fmt: skip
+                if gpus_per_node is not None:
+                    cmd[9:9] = ["--gpus-per-node", str(gpus_per_node)]
                 if workload:
                     cmd += ["--workload", workload]
                 cmds.append(cmd)
@@ -103,17 +125,24 @@ def launches(backend: str, np_: int, gpus_per_node: int, out: Path) -> list[list
 def run_sweep(args) -> int:
     if args.np < 1 or args.np % args.gpus_per_node:
         raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    if args.cluster:
+        from suite.cluster.cli import cluster_launcher
+
+        launcher, gpus_per_node, items = cluster_launcher(args.cluster), None, CLUSTER_SWEEP
+    else:
+        mpiexec = shlex.split(args.mpiexec)
+        oversubscribe = ["--oversubscribe"] if _is_open_mpi(mpiexec[0]) else []
+        launcher = [*mpiexec, *oversubscribe, "-n", str(args.np)]
+        gpus_per_node, items = args.gpus_per_node, LOCAL_SWEEP
     stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     folder = Path(args.out_dir) / stamp
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "results.jsonl"
-    launcher = shlex.split(args.mpiexec)
-    oversubscribe = ["--oversubscribe"] if _is_open_mpi(launcher[0]) else []
     env = dict(os.environ, COMMBENCH_RUN_ID=stamp, PYTHONUNBUFFERED="1")
     failed = []
     started = time.perf_counter()
-    for cmd in launches(args.backend, args.np, args.gpus_per_node, out):
-        full = [*launcher, *oversubscribe, "-n", str(args.np), *cmd]
+    for cmd in launches(args.backend, gpus_per_node, out, items):
+        full = [*launcher, *cmd]
         label = " ".join(cmd[3 : cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
         print(f"\n=== {label}", flush=True)
         try:
@@ -124,19 +153,27 @@ def run_sweep(args) -> int:
             failed.append(f"{label} (exit {rc})")
     print(f"\n# sweep: {time.perf_counter() - started:.0f} s; results in {out}")
     if not args.no_report:
-        failed += finish(folder, env, args.timeout)
+        modelled = MODELLED
+        if args.cluster:
+            from suite.cluster.cli import cluster_model_argv
+
+            modelled = tuple(
+                (f"model-emulated-{i}.jsonl", cluster_model_argv(args.cluster, w, CLUSTER_SIZE))
+                for i, w in enumerate(CLUSTER_WORKLOADS)
+            )
+        failed += finish(folder, env, args.timeout, modelled)
     if failed:
         print("# FAILED: " + "; ".join(failed), file=sys.stderr)
         return 1
     return 0
 
 
-def finish(folder: Path, env: dict, timeout: float) -> list[str]:
+def finish(folder: Path, env: dict, timeout: float, modelled=MODELLED) -> list[str]:
     """Modelled tables, then the figures and the report from this run's folder."""
     steps = [
         (f"simulate {name}", [sys.executable, "-m", "suite", "simulate", *argv,
                               "--out", str(folder / name)])
-        for name, argv in MODELLED
+        for name, argv in modelled
     ]  # fmt: skip
     steps += [
         ("figures", [sys.executable, "-m", "analysis", "figures", str(folder),

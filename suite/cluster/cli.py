@@ -1,0 +1,267 @@
+"""``commbench cluster up|down|status|exec|fault``: the emulated cluster's command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from suite.cluster import netns
+from suite.cluster.plan import ClusterSpec, enter_command, mpirun_command, parse_rate
+from suite.errors import UsageError
+
+DEFAULT_PREFIX = "cb"
+#: what every launch on the cluster needs (as root, more ranks than cores)
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_osc": "^ucx",
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    "OMPI_MCA_hwloc_base_binding_policy": "none",
+    "PRTE_MCA_hwloc_default_binding_policy": "none",
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "cluster",
+        help="an emulated multi-node cluster on this machine (network namespaces, root)",
+        description="Nodes are network namespaces, each rank has its own shaped NIC into a "
+        "switch namespace, and Open MPI launches across them. Needs root.",
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    def common(q) -> None:
+        q.add_argument("--prefix", default=DEFAULT_PREFIX, help="name prefix (default cb)")
+        q.add_argument(
+            "--state", default=None, help="state dir (default /run/commbench-cluster/PREFIX)"
+        )
+
+    q = verbs.add_parser("up", help="build the cluster")
+    common(q)
+    q.add_argument("--profile", default=None, help="emulated fabric in jobs/emulated (h200, ...)")
+    q.add_argument("--nodes", type=int, default=None, help="node count (default 2)")
+    q.add_argument("--ranks-per-node", type=int, default=None, help="ranks (NICs) per node (2)")
+    q.add_argument("--nic", default=None, help="NIC rate, e.g. 400mbit (default: the profile's)")
+    q.add_argument("--latency", type=float, default=None, help="one-way link latency in us")
+    q.add_argument("--switch-queue", type=int, default=None, help="switch port queue, packets")
+    q.set_defaults(func=cmd_up)
+
+    q = verbs.add_parser("down", help="remove the cluster (also after a crash)")
+    common(q)
+    q.set_defaults(func=cmd_down)
+
+    q = verbs.add_parser("status", help="nodes, NICs, rates, bytes and drops per NIC")
+    common(q)
+    q.add_argument("--json", action="store_true", help="counters as JSON")
+    q.set_defaults(func=cmd_status)
+
+    q = verbs.add_parser(
+        "exec",
+        help="run a command on the cluster: under mpirun on every rank, or on one --node",
+        description="`commbench cluster exec -- commbench run alltoallv --impl fast ...` "
+        "starts mpirun inside node 0 with one rank per NIC.",
+    )
+    common(q)
+    q.add_argument("-n", "--np", type=int, default=None, help="ranks (default: every slot)")
+    q.add_argument("--node", type=int, default=None, help="run COMMAND once, in this node")
+    q.add_argument("--timeout", type=float, default=1800, help="seconds before it is ended")
+    q.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    q.set_defaults(func=cmd_exec)
+
+    q = verbs.add_parser("fault", help="take a rank's NIC down/up or make it lossy")
+    common(q)
+    q.add_argument("--link", required=True, help="NODE/LOCAL_RANK, e.g. 1/0")
+    q.add_argument("action", choices=("down", "up", "loss", "restore"))
+    q.add_argument("--loss", type=float, default=None, help="percent lost (with `loss`)")
+    q.set_defaults(func=cmd_fault)
+
+
+def _folder(args) -> Path:
+    return netns.state_dir(args.prefix, args.state)
+
+
+def spec_from_args(args) -> ClusterSpec:
+    """Profile values, overridden by flags; the NIC rate from ``--nic`` or the profile."""
+    prof = None
+    if args.profile:
+        from suite.cluster.profiles import load_emulated_profile
+
+        prof = load_emulated_profile(args.profile)
+
+    def pick(flag, key, default):
+        return flag if flag is not None else getattr(prof, key) if prof else default
+
+    nodes = pick(args.nodes, "nodes", 2)
+    rpn = pick(args.ranks_per_node, "ranks_per_node", 2)
+    if args.nic is not None:
+        nic = parse_rate(args.nic)
+    elif prof is not None:
+        nic = None
+    else:
+        raise UsageError("give the NIC rate (--nic 400mbit) or a --profile that scales it")
+    spec_args = dict(
+        prefix=args.prefix,
+        nodes=nodes,
+        ranks_per_node=rpn,
+        nic_mbit=nic or 1.0,
+        latency_us=pick(args.latency, "latency_us", 0.0),
+        switch_queue=pick(args.switch_queue, "switch_queue", 1000),
+        profile=args.profile,
+        stage_cost_us=prof.stage_cost_us if prof else 0.0,
+    )
+    ClusterSpec(**spec_args)  # validate before measuring anything
+    if nic is None:
+        shm = measure_shm_GBps()
+        spec_args.update(nic_mbit=prof.nic_mbit(shm), shm_GBps=round(shm, 3))
+    return ClusterSpec(**spec_args)
+
+
+def measure_shm_GBps(nbytes: int = 4 << 20, timeout: float = 120) -> float:
+    """Shared-memory rate of this machine: a 2-rank ping-pong of ``nbytes`` (no network)."""
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    cmd = [mpiexec, "-n", "2", "--mca", "btl", "self,sm", sys.executable, "-m",
+           "suite.cluster.pingpong", str(nbytes), "20"]  # fmt: skip
+    env = dict(os.environ, **MPI_ENV)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise netns.ClusterError(f"measuring shared memory failed: {exc}") from None
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode or not lines:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise netns.ClusterError(f"measuring shared memory failed: {why}")
+    return float(json.loads(lines[-1])["GBps"])
+
+
+def cmd_up(args) -> int:
+    spec = spec_from_args(args)
+    folder = _folder(args)
+    netns.up(spec, folder)
+    print(netns.status_text(folder))
+    return 0
+
+
+def cmd_down(args) -> int:
+    removed = netns.down(args.prefix, _folder(args))
+    print(f"removed {len(removed)} namespaces: {' '.join(removed) or '(none)'}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    folder = _folder(args)
+    if args.json:
+        spec = netns.load_spec(folder)
+        by_nic = netns.counters(spec)
+        print(json.dumps({f"{n}/{k}": c for (n, k), c in by_nic.items()}))
+    else:
+        print(netns.status_text(folder))
+    return 0
+
+
+def cmd_fault(args) -> int:
+    spec = netns.load_spec(_folder(args))
+    nic = netns.parse_link(spec, args.link)
+    print(netns.fault(spec, nic, args.action, args.loss))
+    return 0
+
+
+def cmd_exec(args) -> int:
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("give the command after --, e.g. cluster exec -- commbench run ...")
+    folder = _folder(args)
+    state = netns.load_state(folder)
+    spec = netns.load_spec(folder)
+    if state.get("status") != "up":
+        raise UsageError(f"the cluster in {folder} is not up: run `commbench cluster down`")
+    if argv[0] == "commbench":
+        argv = [sys.executable, "-m", "suite", *argv[1:]]
+    if args.node is not None:
+        if not 0 <= args.node < spec.nodes:
+            raise UsageError(f"--node {args.node}: the cluster has nodes 0-{spec.nodes - 1}")
+        cmd = enter_command(spec.node(args.node), argv)
+    else:
+        mpirun = str(Path(sys.executable).parent / "mpirun")
+        line = mpirun_command(spec, mpirun, state["rank_wrapper"], argv, args.np)
+        cmd = enter_command(spec.node(0), line)
+    return run_bounded(cmd, launch_env(spec, state), args.timeout)
+
+
+def launch_env(spec: ClusterSpec, state: dict) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(MPI_ENV)
+    env["PRTE_MCA_plm_ssh_agent"] = state["agent"]
+    env.setdefault("COMMBENCH_SYSTEM", f"emulated-cluster-{spec.profile or 'custom'}")
+    return env
+
+
+def run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> int:
+    """Run ``cmd`` in its own process group; end the group after ``timeout`` seconds."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(
+            f"commbench cluster exec: ended after {timeout:g} s: {shlex.join(cmd)}", file=sys.stderr
+        )
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return 124
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
+
+
+# ------------------------------------------------------------------ for the sweep and bench
+
+MODELLED_IMPLS = ("fast", "fanout", "spreadout", "balance-only")
+
+
+def cluster_launcher(prefix: str) -> list[str]:
+    """The launcher words that run a per-rank command on the emulated cluster ``prefix``."""
+    netns.load_state(netns.state_dir(prefix))  # refuse now if it is not up
+    return [sys.executable, "-m", "suite", "cluster", "exec", "--prefix", prefix, "--"]
+
+
+def model_overrides(spec: ClusterSpec) -> list[str]:
+    """``commbench simulate`` fabric flags for this cluster: TCP payload rate of a NIC,
+    the profile's stage cost and, when measured at ``up``, the shared-memory rate as the
+    scale-up tier."""
+    flags = ["--nic-GBps", f"{spec.payload_GBps:.6g}"]
+    if spec.shm_GBps:
+        flags += ["--scaleup-GBps", f"{spec.shm_GBps:.6g}"]
+    if spec.stage_cost_us:
+        flags += ["--stage-us", f"{spec.stage_cost_us:g}"]
+    return flags
+
+
+def cluster_model_argv(prefix: str, workload: str, size: str = "4M") -> list[str]:
+    """``commbench simulate`` arguments predicting the all-to-allv sweep on the cluster
+    that is up as ``prefix``."""
+    return model_argv(netns.load_spec(netns.state_dir(prefix)), workload, size)
+
+
+def model_argv(
+    spec: ClusterSpec, workload: str, size: str = "4M", impls=MODELLED_IMPLS
+) -> list[str]:
+    """``commbench simulate`` arguments for this cluster: the ``local`` profile's software
+    costs with this cluster's nodes, ranks per node, NIC rate and stage cost."""
+    return [
+        "alltoallv", "--system", "local", "--servers", str(spec.nodes),
+        "--gpus-per-node", str(spec.ranks_per_node), "--workload", workload,
+        "--size", size, "--impls", ",".join(impls), "--no-tune", *model_overrides(spec),
+    ]  # fmt: skip

@@ -1,0 +1,82 @@
+"""Test-only: every cpu implementation against MPI's own collective, byte for byte, on
+the topology MPI reports (real hostnames: the emulated cluster's nodes), in one launch.
+
+    mpirun ... python tests/scripts/cluster_parity.py OUT.json [IMPL ...]
+
+Rank 0 writes ``{"topology": ..., "alltoallv": {impl: wrong}, "allreduce": {...}}``:
+``wrong`` counts bytes differing from ``MPI_Alltoallv``'s / ``MPI_Allreduce``'s result
+(summed over ranks, over two workloads / sizes and two calls each).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from kernels.registry import implementations, lookup
+from suite import collectives
+from suite.backends import create_transport
+from suite.backends.dtypes import parse_dtype
+from suite.topology import Topology
+from suite.workloads import generate
+
+ALLTOALLV = (("uniform", 96 << 10), ("zipf:0.8", 256 << 10))
+ALLREDUCE = (64 << 10, 1 << 20)  # bf16 bytes
+
+
+def run_twice(transport, impl, point, rep: int) -> np.ndarray:
+    case = point.case
+    impl.setup(case)
+    out = []
+    for call in range(2):
+        collectives.fill(transport, point, rep=rep + call)
+        transport.barrier()
+        impl.run(case)
+        transport.synchronize()
+        out.append(transport.to_host(case.recv).view(np.uint8).copy())
+    return np.concatenate(out)
+
+
+def points(transport, topo):
+    for workload, size in ALLTOALLV:
+        traffic = generate(workload, topo.size, size, seed=3, unit=1)
+        yield "alltoallv", collectives.alltoallv_point(transport, traffic, size, 1, workload)
+    for size in ALLREDUCE:
+        yield "allreduce", collectives.allreduce_point(transport, size, parse_dtype("bf16"), "sum")
+
+
+def main() -> int:
+    out_path, wanted = sys.argv[1], set(sys.argv[2:])
+    topo = Topology.create()
+    t = create_transport("cpu", topo)
+    wrong: dict[str, dict[str, int]] = {"alltoallv": {}, "allreduce": {}}
+    for rep, (coll, point) in enumerate(points(t, topo)):
+        ref = run_twice(t, lookup(coll, "mpi").factory(t, {}), point, rep)
+        for spec in implementations(coll):
+            if "cpu" not in spec.backends or (wanted and spec.name not in wanted):
+                continue
+            impl = spec.factory(t, {})
+            got = run_twice(t, impl, point, rep)
+            n = int(np.count_nonzero(got != ref)) if got.size == ref.size else got.size + 1
+            total = topo.world.allreduce(n)
+            wrong[coll][spec.name] = wrong[coll].get(spec.name, 0) + total
+            if hasattr(impl, "close"):
+                impl.close()
+    hosts = topo.world.gather(MPI.Get_processor_name())
+    if topo.rank == 0:
+        result = {
+            "topology": {"nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node,
+                         "hosts": hosts},
+            **wrong,
+        }  # fmt: skip
+        with open(out_path, "w") as fh:
+            json.dump(result, fh)
+    t.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

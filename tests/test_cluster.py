@@ -1,0 +1,233 @@
+"""The emulated cluster, for real: a 2-node x 2-rank cluster (prefix ``cbt``, its own
+state dir) brought up once per test run and torn down even when a test fails.
+
+Needs root (CAP_NET_ADMIN) and iproute2: skipped with the reason elsewhere, a failure
+under ``CI=true`` (CI runs as root and must run these).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.cluster import netns
+from suite.cluster.plan import ClusterSpec
+from tests.mpirun import ROOT
+
+PREFIX = "cbt"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _require_privileges() -> None:
+    try:
+        netns.preflight()
+    except ValueError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must run the emulated-cluster tests: {exc}")
+        pytest.skip(str(exc))
+
+
+def commbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    _require_privileges()
+    folder = tmp_path_factory.mktemp("cluster-state")
+    if netns.namespaces_with_prefix(PREFIX):  # a crashed earlier test run
+        netns.remove(PREFIX, folder)
+    spec = ClusterSpec(prefix=PREFIX, nodes=2, ranks_per_node=2, nic_mbit=800.0)
+    netns.up(spec, folder)
+    try:
+        yield spec, folder
+    finally:
+        netns.remove(PREFIX, folder)
+    assert not netns.namespaces_with_prefix(PREFIX)
+
+
+def on_cluster(folder: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return commbench("cluster", "exec", "--prefix", PREFIX, "--state", str(folder),
+                     "--timeout", str(timeout - 10), "--", *argv, timeout=timeout)  # fmt: skip
+
+
+def test_every_cpu_implementation_matches_mpi_byte_for_byte_over_tcp(cluster, tmp_path):
+    spec, folder = cluster
+    out = tmp_path / "parity.json"
+    proc = on_cluster(folder, sys.executable, "tests/scripts/cluster_parity.py", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["topology"] == {
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "hosts": ["cbt-n0", "cbt-n0", "cbt-n1", "cbt-n1"],
+    }
+    from kernels.registry import implementations
+
+    for coll in ("alltoallv", "allreduce"):
+        names = {s.name for s in implementations(coll) if "cpu" in s.backends}
+        assert result[coll] == dict.fromkeys(names, 0), coll
+
+
+def test_a_ranks_bytes_use_its_own_nic_and_the_peers(cluster):
+    spec, folder = cluster
+    nbytes, iters = 4 << 20, 3
+    before = netns.counters(spec)
+    # rank 0 = node 0 local 0; rank 3 = node 1 local 1
+    proc = on_cluster(folder, sys.executable, "-m", "suite.cluster.pingpong",
+                      str(nbytes), str(iters), "3")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = netns.counters(spec)
+    moved = (iters + 3) * nbytes  # warm-up included, each way
+    delta = {k: (after[k]["tx_bytes"] - before[k]["tx_bytes"],
+                 after[k]["rx_bytes"] - before[k]["rx_bytes"]) for k in after}  # fmt: skip
+    assert delta[(0, 0)][0] >= moved and delta[(0, 0)][1] >= moved
+    assert delta[(1, 1)][0] >= moved and delta[(1, 1)][1] >= moved
+    for quiet in ((0, 1), (1, 0)):
+        assert max(delta[quiet]) < moved / 100, (quiet, delta)
+
+
+def test_records_say_they_come_from_the_emulated_cluster(cluster, tmp_path):
+    spec, folder = cluster
+    out = tmp_path / "r.jsonl"
+    proc = on_cluster(folder, "commbench", "run", "alltoallv", "--impl", "fanout", "-b", "64K",
+                      "-e", "64K", "-n", "2", "-w", "1", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = pd.read_json(out, lines=True).iloc[0]
+    assert rec.nodes == 2 and rec.gpus_per_node == 2 and rec.nwrong == 0
+    assert rec.hostnames == ["cbt-n0", "cbt-n1"]
+    assert rec.system == "emulated-cluster-custom"
+    fabric = rec.emulated_fabric
+    assert fabric["emulated"] and fabric["nic_mbit"] == 800.0 and fabric["switch_queue_pkts"]
+
+
+def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
+    spec, folder = cluster
+    link = ["cluster", "fault", "--prefix", PREFIX, "--state", str(folder), "--link", "1/0"]
+    proc = commbench(*link, "loss", "--loss", "1")
+    if proc.returncode == 2 and "no netem qdisc" in proc.stderr:
+        pytest.skip(proc.stderr.strip())  # a kernel feature, not a privilege
+    assert proc.returncode == 0, proc.stderr
+    try:
+        out = tmp_path / "parity.json"
+        proc = on_cluster(folder, sys.executable, "tests/scripts/cluster_parity.py", str(out),
+                          "fanout", "fast", "ring", "nvrar")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads(out.read_text())
+        assert result["alltoallv"] == {"fanout": 0, "fast": 0}
+        assert result["allreduce"] == {"ring": 0, "nvrar": 0}
+    finally:
+        assert commbench(*link, "restore").returncode == 0
+
+
+def test_a_nic_taken_down_mid_run_ends_the_job_with_the_rank_named(cluster, tmp_path):
+    spec, folder = cluster
+    out = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-m", "suite", "cluster", "exec", "--prefix", PREFIX, "--state",
+            str(folder), "--timeout", "90", "--", "commbench", "run", "alltoallv", "--impl",
+            "fanout", "-b", "64K", "-e", "64M", "-f", "2", "-n", "20", "-w", "1",
+            "--watchdog", "8", "--out", str(out)]  # fmt: skip
+    link = ["cluster", "fault", "--prefix", PREFIX, "--state", str(folder), "--link", "1/1"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().count("\n") >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None, "no records came"
+            time.sleep(0.2)
+        assert commbench(*link, "down").returncode == 0
+        cut = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        ended_after = time.monotonic() - cut
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        commbench(*link, "up")
+    assert proc.returncode != 0
+    assert ended_after < 30, ended_after
+    assert "watchdog" in stderr and "rank" in stderr, stderr[-2000:]
+    records = pd.read_json(out, lines=True)  # every record written is whole
+    assert len(records) >= 2 and (records.nwrong == 0).all()
+
+
+def test_second_up_and_bad_input_are_refused_in_one_line(cluster):
+    spec, folder = cluster
+    proc = commbench("cluster", "up", "--prefix", PREFIX, "--state", str(folder), "--nic", "1gbit")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "already up" in proc.stderr
+    proc = commbench("cluster", "fault", "--prefix", PREFIX, "--state", str(folder),
+                     "--link", "5/0", "down")  # fmt: skip
+    assert proc.returncode == 2 and "nodes 0-1" in proc.stderr
+    assert sorted(netns.namespaces_with_prefix(PREFIX)) == ["cbt-n0", "cbt-n1", "cbt-sw"]
+
+
+def test_down_leaves_no_namespace_veth_or_qdisc(tmp_path):
+    _require_privileges()
+    prefix = "cbu"
+    folder = tmp_path / "state"
+    spec = ClusterSpec(prefix=prefix, nodes=2, ranks_per_node=1, nic_mbit=100.0)
+    try:
+        netns.up(spec, folder)
+        assert sorted(netns.namespaces_with_prefix(prefix)) == ["cbu-n0", "cbu-n1", "cbu-sw"]
+        desc = json.loads((folder / "cluster.json").read_text())
+        assert [n["hostname"] for n in desc["nodes"]] == ["cbu-n0", "cbu-n1"]
+        assert "tbf" in netns.sh(["tc", "-n", "cbu-sw", "qdisc", "show", "dev", "cbun1p0"])
+    finally:
+        proc = commbench("cluster", "down", "--prefix", prefix, "--state", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert netns.namespaces_with_prefix(prefix) == []
+    assert not folder.exists()
+    root_links = netns.sh(["ip", "-o", "link", "show"]) + netns.sh(["tc", "qdisc", "show"])
+    assert prefix not in root_links
+    proc = commbench("cluster", "down", "--prefix", prefix, "--state", str(folder))
+    assert proc.returncode == 2 and "nothing to take down" in proc.stderr
+
+
+def test_latency_is_netem_or_a_clear_refusal(tmp_path):
+    _require_privileges()
+    folder = tmp_path / "state"
+    proc = commbench("cluster", "up", "--prefix", "cbw", "--state", str(folder), "--nodes", "2",
+                     "--ranks-per-node", "1", "--nic", "100mbit", "--latency", "100")  # fmt: skip
+    try:
+        if proc.returncode == 0:
+            assert "delay 100us" in netns.sh(["tc", "-n", "cbw-n0", "qdisc", "show"])
+        else:
+            assert proc.returncode == 2 and "no netem qdisc" in proc.stderr, proc.stderr
+            assert netns.namespaces_with_prefix("cbw") == [] and not folder.exists()
+    finally:
+        if netns.namespaces_with_prefix("cbw"):
+            netns.remove("cbw", folder)
+
+
+def test_a_failed_up_leaves_nothing_behind(tmp_path, monkeypatch):
+    _require_privileges()
+    prefix = "cbv"
+    spec = ClusterSpec(prefix=prefix, nodes=2, ranks_per_node=2, nic_mbit=100.0)
+    calls = []
+
+    def failing_nic(spec, ns, nic):
+        calls.append(nic)
+        if len(calls) == 3:
+            raise netns.ClusterError("injected failure")
+        real_nic(spec, ns, nic)
+
+    real_nic = netns._nic
+    monkeypatch.setattr(netns, "_nic", failing_nic)
+    with pytest.raises(netns.ClusterError, match="injected"):
+        netns.up(spec, tmp_path / "state")
+    assert netns.namespaces_with_prefix(prefix) == []
+    assert not (tmp_path / "state").exists()

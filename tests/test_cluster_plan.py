@@ -1,0 +1,152 @@
+"""The emulated cluster's pure parts (no root needed): rates, counts, names, addresses,
+``tc`` arguments, the launch line, profiles, and the command line's refusals."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from suite.cli import main
+from suite.cluster import netns
+from suite.cluster.plan import (
+    ClusterSpec,
+    burst_bytes,
+    mpirun_command,
+    node_qdisc_commands,
+    parse_rate,
+    port_qdisc_command,
+)
+from suite.cluster.profiles import load_emulated_profile, profile_names
+from suite.errors import UsageError
+
+
+def test_rates_parse_with_units():
+    assert parse_rate("400mbit") == 400.0
+    assert parse_rate("1gbit") == 1000.0
+    assert parse_rate("500kbit") == 0.5
+    assert parse_rate("250") == 250.0
+
+
+@pytest.mark.parametrize("bad", ["0", "abc", "-5mbit", "1tbit", "0mbit", "200gbit", ""])
+def test_bad_rates_say_how_to_write_one(bad):
+    with pytest.raises(UsageError, match="NIC rate"):
+        parse_rate(bad)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(nodes=1), "at least 2"),
+        (dict(nodes=0), "--nodes"),
+        (dict(ranks_per_node=9), "--ranks-per-node"),
+        (dict(nodes=16, ranks_per_node=4), "do not fit"),
+        (dict(prefix="CB"), "prefix"),
+        (dict(prefix="toolongx"), "prefix"),
+        (dict(switch_queue=1), "--switch-queue"),
+        (dict(latency_us=-1.0), "--latency"),
+    ],
+)
+def test_bad_specs_are_refused(kwargs, message):
+    base = dict(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0)
+    with pytest.raises(UsageError, match=message):
+        ClusterSpec(**{**base, **kwargs})
+
+
+@given(
+    prefix=st.from_regex(r"[a-z][a-z0-9]{1,5}", fullmatch=True),
+    nodes=st.integers(2, 16),
+    rpn=st.integers(1, 8),
+)
+def test_names_fit_the_kernel_and_addresses_are_unique(prefix, nodes, rpn):
+    assume(nodes * rpn <= 32)
+    spec = ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=rpn, nic_mbit=100.0)
+    nics = [c for n in spec.all_nodes() for c in n.nics]
+    ifaces = [c.port for c in nics] + [n.mgmt_port for n in spec.all_nodes()]
+    ifaces += [c.name for c in nics] + [spec.bridge, spec.mgmt_bridge, spec.mgmt_iface]
+    assert all(len(i) <= 15 and i.startswith(prefix) for i in ifaces)
+    assert len(set(ifaces[: len(nics) + nodes])) == len(nics) + nodes  # switch side unique
+    addresses = [c.address for c in nics] + [n.mgmt_address for n in spec.all_nodes()]
+    assert len(set(addresses)) == len(addresses)
+    assert all(ns.startswith(prefix + "-") for ns in spec.namespaces())
+
+
+def test_shaping_send_side_and_switch_port_with_the_queue_depth():
+    spec = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0, switch_queue=16)
+    nic = spec.node(1).nics[0]
+    (send,) = node_qdisc_commands(spec, nic)
+    assert send[:5] == ["tc", "qdisc", "add", "dev", "cbnic0"] and "400mbit" in send
+    port = port_qdisc_command(spec, nic)
+    assert port[4] == "cbn1p0" and port[port.index("limit") + 1] == str(burst_bytes(400.0))
+    deep = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0)
+    assert port_qdisc_command(deep, nic)[-1] == str(1000 * 1514)
+    lat = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0, latency_us=100)
+    netem, tbf = node_qdisc_commands(lat, nic, loss_pct=1.0)
+    assert "delay" in netem and "100us" in netem and "1%" in netem and "parent" in tbf
+
+
+def test_launch_line_uses_the_management_network_and_fills_nodes_in_order():
+    spec = ClusterSpec(prefix="cb", nodes=3, ranks_per_node=2, nic_mbit=400.0)
+    line = mpirun_command(spec, "mpirun", "/s/rank-wrapper", ["python", "x.py"])
+    assert line[line.index("--host") + 1] == "10.78.0.1:2,10.78.0.2:2,10.78.0.3:2"
+    assert line[line.index("-n") + 1] == "6"
+    assert "tcp,self,sm" in line and "cbmgmt" in line
+    assert line[-3:] == ["/s/rank-wrapper", "python", "x.py"]
+    with pytest.raises(UsageError, match="does not fit"):
+        mpirun_command(spec, "mpirun", "w", ["x"], np=7)
+
+
+def test_every_emulated_profile_loads_and_scales_from_shared_memory():
+    names = profile_names()
+    assert {"h200", "perlmutter", "mi300x", "vista"} <= set(names)
+    for name in names:
+        prof = load_emulated_profile(name)
+        spec = ClusterSpec(prefix="cb", nodes=prof.nodes, ranks_per_node=prof.ranks_per_node,
+                           nic_mbit=prof.nic_mbit(2.0), switch_queue=prof.switch_queue)  # fmt: skip
+        assert spec.nic_GBps <= 2.0 / prof.tier_ratio + 1e-9
+    assert load_emulated_profile("mi300x").switch_queue < 100  # the lossy one
+    assert load_emulated_profile("vista").ranks_per_node == 1
+    with pytest.raises(UsageError, match="unknown emulated profile"):
+        load_emulated_profile("nope")
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    """``commbench cluster ARGS`` in this process: exit status and stderr."""
+    rc = main(["cluster", *args])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nic", "0"], "NIC rate"),
+        (["--nic", "abc"], "NIC rate"),
+        (["--nic", "1gbit", "--nodes", "0"], "--nodes"),
+        (["--nic", "1gbit", "--nodes", "16", "--ranks-per-node", "8"], "do not fit"),
+        ([], "--nic"),
+        (["--profile", "nope"], "unknown emulated profile"),
+    ],
+)
+def test_bad_up_is_one_line_exit_2_and_builds_nothing(capsys, tmp_path, args, message):
+    rc, err = _cli(capsys, "up", "--prefix", "cbx", "--state", str(tmp_path / "s"), *args)
+    assert rc == 2 and message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_down_status_exec_with_nothing_up_are_refused(capsys, tmp_path):
+    state = str(tmp_path / "s")
+    for verb in (["down"], ["status"], ["fault", "--link", "0/0", "down"]):
+        rc, err = _cli(capsys, *verb, "--prefix", "cbx", "--state", state)
+        assert rc == 2, verb
+        assert "nothing to take down" in err or "no emulated cluster" in err
+    rc, err = _cli(capsys, "exec", "--prefix", "cbx", "--state", state, "--", "true")
+    assert rc == 2 and "no emulated cluster" in err
+
+
+def test_up_without_net_admin_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(netns, "has_net_admin", lambda: False)
+    spec = ClusterSpec(prefix="cbx", nodes=2, ranks_per_node=1, nic_mbit=10.0)
+    with pytest.raises(UsageError, match="CAP_NET_ADMIN"):
+        netns.up(spec, tmp_path / "s")
+    assert not (tmp_path / "s").exists()
