@@ -126,8 +126,11 @@ def mi300x_rows() -> list[str]:
             if cross is None and r > 1:
                 cross = size
         ok = cross is not None and 4 * MiB <= cross <= 64 * MiB and ratios[0] < 1
-        out.append(f"| {case} | " + " | ".join(f"{r:.2f}" for r in ratios)
-                   + f" | {format_size(cross) if cross else 'none'} | {'yes' if ok else 'no'} |")
+        out.append(
+            f"| {case} | "
+            + " | ".join(f"{r:.2f}" for r in ratios)
+            + f" | {format_size(cross) if cross else 'none'} | {'yes' if ok else 'no'} |"
+        )
     out.append("")
     out.append("(cells: fan-out time / FAST time; < 1 means fan-out is faster)")
     return out

@@ -549,9 +549,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.driver import parse_params
 
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items()}
-    fabric = fabric_from_profile(
-        args.system, args.gpus_per_node, args.flow_control, **overrides
-    )
+    fabric = fabric_from_profile(args.system, args.gpus_per_node, args.flow_control, **overrides)
     nodes_list = _int_list(args.nodes or "2,4,8", "--servers/--nodes")
     sizes = _sizes(args)
     dtype = _dtype(args)

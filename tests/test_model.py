@@ -295,9 +295,7 @@ def test_recursive_doubling_power_of_two_nodes():
     # g = 1: NVRAR is the same butterfly on LL8 cells (the LL share of the NIC: 1/4) plus
     # the transport's put cost, one phase
     nv = ar.nvrar(n, nodes, f.with_(put_us=3.0))
-    assert nv.time_us == pytest.approx(
-        STAGE + 3 * (3.0 + NIC_US + us(4 * n, NIC) + us(n, 200.0))
-    )
+    assert nv.time_us == pytest.approx(STAGE + 3 * (3.0 + NIC_US + us(4 * n, NIC) + us(n, 200.0)))
     assert ar.nvrar(n, nodes, f, ll8=False).time_us == pytest.approx(pred.time_us)
 
 

@@ -142,7 +142,10 @@ class _Relay:
         def moves(key: str) -> list:
             return [(view(wd, od, n), view(ws, os_, n)) for wd, od, ws, os_, n in plan[key]]
 
-        self._hops = [(msgs("hop1_send"), msgs("hop1_recv")), (msgs("hop2_send"), msgs("hop2_recv"))]
+        self._hops = [
+            (msgs("hop1_send"), msgs("hop1_recv")),
+            (msgs("hop2_send"), msgs("hop2_recv")),
+        ]
         self._before, self._after = moves("copies"), moves("copies_after")
         self._info = {"steps": 2, "scratch_bytes": plan["scratch_bytes"]}
 

@@ -199,9 +199,7 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
     node_ids = np.arange(nodes)
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
-    t_nodes = _pairwise(
-        fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share
-    )
+    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share)
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {

@@ -48,9 +48,7 @@ def _log2i(x: float) -> int:
     return int(math.floor(math.log2(x))) if x >= 1 else 0
 
 
-def estimate_us(
-    n: int, nodes: int, g: int, bus_GBps: float, algo: str, proto: str
-) -> float:
+def estimate_us(n: int, nodes: int, g: int, bus_GBps: float, algo: str, proto: str) -> float:
     """NCCL's estimate of one all-reduce of ``n`` bytes (tuning.cc's formula)."""
     p_ranks = nodes * g
     pi = PROTOCOLS.index(proto)
