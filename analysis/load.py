@@ -110,7 +110,7 @@ POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")
 
 _SEED_RE = re.compile(r"@\d+$")
-_ZIPF_RE = re.compile(r"^zipf(?::([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?$")
+_ZIPF_RE = re.compile(r"^(?:pair-)?zipf(?::([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?$")
 DEFAULT_ZIPF = 0.8  # what suite.workloads means by a bare "zipf"
 
 
