@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import kernels.fast
 from kernels.model import Fabric, lower_bound, step_finish
 from kernels.model import allreduce as ar
+from kernels.model import nccl as nccl_table
 from kernels.model import alltoallv as a2a
 
 # test fixture constants (round numbers so the hand computations stay readable)
@@ -338,17 +339,31 @@ def test_ring_closed_form():
     assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
 
 
+def test_nccl_runs_small_calls_on_fewer_channels():
+    # getAlgoInfo: drop channels while bytes < channels * threads * threshold
+    # ring/LL on 16 ranks: threshold 8 * 16 bytes per thread, 512 threads
+    assert nccl_table.channels_used(128 << 10, 16, 8, "ring", "LL") == 2 / 8
+    assert nccl_table.channels_used(512 << 10, 16, 8, "ring", "LL") == 1.0
+    # Simple: 64 bytes per thread; at 16 KiB one channel, then its threads halve to 256
+    assert nccl_table.channels_used(16 << 10, 16, 8, "tree", "Simple") == pytest.approx(0.5 / 8)
+    assert nccl_table.channels(4) == 8
+
+
 def test_nccl_picks_its_fastest_estimate_and_pays_the_proxy_on_network_steps():
     f = fab(8, proxy_us=3.0)
     small, large = ar.nccl(1 << 12, 4, f), ar.nccl(1 << 30, 4, f)
     assert (small.info["algo"], small.info["proto"]) == ("tree", "LL")  # fewest hops
     assert (large.info["algo"], large.info["proto"]) == ("ring", "Simple")  # full bandwidth
-    for pred in (small, large):
+    for size, pred in ((1 << 12, small), (1 << 30, large)):
         est = pred.info["estimates_us"]
         assert pred.info["nccl_estimate_us"] == min(est.values())
         hops = pred.info["network_steps"]
         assert hops == (4 if pred.info["algo"] == "tree" else 6)
-        assert pred.time_us == pytest.approx(min(est.values()) + hops * (2 * 3.0 + NIC_US))
+        algo, proto = pred.info["algo"], pred.info["proto"]
+        lat, bw = nccl_table.estimate_terms(size, 4, 8, min(8 * NIC, UP), algo, proto)
+        share = pred.info["channel_share"]
+        assert pred.time_us == pytest.approx(lat + bw / share + hops * (2 * 3.0 + NIC_US))
+    assert large.info["channel_share"] == 1.0 and small.info["channel_share"] < 1.0
     # NCCL's table: tree/LL at 4 KiB on 4 nodes of 8: latency 4.4 + 2 (7 * 0.52 * 1.8 +
     # 2 * 5.0); bandwidth min(0.9 bus, 80) / 3.8 / 2, times the tree correction 0.7
     bw = min(0.9 * 8 * NIC, 80) / 3.8 / 2 * 0.7

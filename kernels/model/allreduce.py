@@ -214,8 +214,10 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
 def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
     """NCCL: its own pick among tree/ring x LL/LL128/Simple (:mod:`kernels.model.nccl`),
-    plus the host proxy: every network step of a chunk passes the sender's and the
-    receiver's proxy thread (``2 * proxy_us``) and returns a credit (one ``nic_us``).
+    run on the channels a call of this size gets (its bandwidth term scaled by the share
+    of channels and threads used), plus the host proxy: every network step of a chunk
+    passes the sender's and the receiver's proxy thread (``2 * proxy_us``) and returns a
+    credit (one ``nic_us``).
 
     Bus bandwidth: a node's NICs together across nodes (each GPU drives its own), capped
     by the scale-up port; on one node the scale-up port.
@@ -232,11 +234,14 @@ def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
     algo, proto, est = nccl_table.choose(n, nodes, g, bus, fabric.nccl_ll128)
     hops = nccl_table.network_steps(nodes, algo)
     proxy = hops * (2 * fabric.proxy_us + fabric.nic_us) if fabric.proxy_us else 0.0
-    t = est[f"{algo}/{proto}"] + proxy
+    share = nccl_table.channels_used(n, p, nccl_table.channels(g), algo, proto)
+    lat, full_bw = nccl_table.estimate_terms(n, nodes, g, bus, algo, proto)  # all channels
+    t = lat + full_bw / share + proxy
     info = {
         "algo": algo,
         "proto": proto,
         "nccl_estimate_us": est[f"{algo}/{proto}"],
+        "channel_share": share,
         "proxy_us": proxy,
         "network_steps": hops,
         "estimates_us": est,

@@ -15,9 +15,16 @@ the public source; the table is NCCL's, not ours, and is the same on every syste
   latency "plateau" for multi-node Simple rings above ``P / 16 * 64 KiB``.
 
 :func:`choose` returns every candidate's estimate and NCCL's pick (the smallest). What a
-call then costs on a system adds what NCCL's table does not know: the host proxy thread
-that drives every network step (:func:`network_steps`; ``Fabric.proxy_us``, 0 where the
-table's IB numbers already hold).
+call then costs on a system adds what NCCL's table does not know:
+
+* **channels** (``src/enqueue.cc``, ``getAlgoInfo``): NCCL runs a small call on fewer
+  channels, dropping one at a time while ``bytes < channels * threads * threshold``
+  (8 bytes per thread for LL and LL128 — times the rank count for a ring on LL — and 64
+  for Simple; 512 threads, 640 for LL128), then halving the threads of the last one; the
+  table's bandwidth assumes them all. :func:`channels_used` gives the share of the
+  bandwidth a call really gets (channels x threads over the full set);
+* the host proxy thread that drives every network step (:func:`network_steps`;
+  ``Fabric.proxy_us``, 0 where the table's IB numbers already hold).
 """
 
 from __future__ import annotations
@@ -44,12 +51,47 @@ TREE_CORRECTION = (
 LL_RING_EFFICIENCY = 1.0 / 4.0
 
 
+#: bytes per thread before NCCL adds a channel (``NCCL_*_THREAD_THRESHOLD``, comm.h)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+#: threads per channel (``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``,
+#: ``NCCL_SIMPLE_MAX_NTHREADS``, device.h)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+
+
+def channels(gpus_per_node: int) -> int:
+    """The channels a communicator sets up: one per NIC found by the ring search, then
+    doubled (``ncclTopoPostset``); the model has one NIC per GPU."""
+    return 2 * gpus_per_node
+
+
+def channels_used(n: int, nranks: int, n_channels: int, algo: str, proto: str) -> float:
+    """Share of the full channel set's bandwidth an ``n``-byte call gets (``getAlgoInfo``)."""
+    nt = MAX_THREADS[proto]
+    threshold = THREAD_THRESHOLD[proto] * (nranks if algo == "ring" and proto == "LL" else 1)
+    nc = n_channels
+    while n < nc * nt * threshold:
+        if nc >= 2:
+            nc -= 1
+        elif nt % 128 == 0:
+            nt //= 2
+        else:
+            break
+    return nc * nt / (n_channels * MAX_THREADS[proto])
+
+
 def _log2i(x: float) -> int:
     return int(math.floor(math.log2(x))) if x >= 1 else 0
 
 
 def estimate_us(n: int, nodes: int, g: int, bus_GBps: float, algo: str, proto: str) -> float:
     """NCCL's estimate of one all-reduce of ``n`` bytes (tuning.cc's formula)."""
+    return sum(estimate_terms(n, nodes, g, bus_GBps, algo, proto))
+
+
+def estimate_terms(
+    n: int, nodes: int, g: int, bus_GBps: float, algo: str, proto: str
+) -> tuple[float, float]:
+    """NCCL's estimate as ``(latency, bytes / algbw)`` in µs."""
     p_ranks = nodes * g
     pi = PROTOCOLS.index(proto)
     nsteps = 2 * (p_ranks - 1)
@@ -82,7 +124,7 @@ def estimate_us(n: int, nodes: int, g: int, bus_GBps: float, algo: str, proto: s
             algbw *= TREE_CORRECTION[pi][log_size]
     elif proto == "Simple" and nodes > 1 and n >= p_ranks / 16.0 * 65536:
         lat *= 1.9
-    return lat + n / (1000.0 * algbw)
+    return lat, n / (1000.0 * algbw)
 
 
 def network_steps(nodes: int, algo: str) -> int:
