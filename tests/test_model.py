@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import kernels.fast
 from kernels.model import Fabric, lower_bound, step_finish
 from kernels.model import allreduce as ar
-from kernels.model import nccl as nccl_table
 from kernels.model import alltoallv as a2a
+from kernels.model import nccl as nccl_table
 
 # test fixture constants (round numbers so the hand computations stay readable)
 NIC, NIC_US, UP, UP_US, STAGE = 50.0, 2.0, 400.0, 1.0, 5.0
