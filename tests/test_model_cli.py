@@ -190,3 +190,23 @@ def test_flow_control_picks_the_profiles_incast_case(capsys):
         main(["simulate", "alltoallv", "--system", "mi300x", "--servers", "2",
               "--flow-control", "wet"])  # fmt: skip
     assert exc.value.code == 2 and "--flow-control" in capsys.readouterr().err
+
+
+def test_tuning_reports_progress_on_a_terminal(capsys):
+    from suite import simulate
+
+    seen = []
+    f = fabric_from_profile("h200")
+    pts = simulate.alltoallv_points(f, [2], [1 << 20], ["zipf:0.8"], ["fast"], 1, progress=True)
+    (point,) = list(pts)
+    err = capsys.readouterr().err
+    assert "tuning FAST: 2 nodes, zipf:0.8, 1M:" in err and "best" in err
+    assert err.endswith("\r\033[K")  # the progress line is cleared before the table row
+    from kernels.model.tune import tune_fast
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 16, 1 << 20, seed=1)
+    t = tune_fast(d, 8, f, progress=lambda n, best: seen.append((n, best)))
+    assert [n for n, _ in seen] == list(range(1, len(t.candidates) + 1))
+    assert seen[-1][1] == pytest.approx(t.prediction.time_over_lb)
+    assert point.extra["tuned"] is True
