@@ -29,8 +29,9 @@ def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bo
     ``hop1_send``/``hop1_recv`` and ``hop2_send``/``hop2_recv`` name offsets in the send
     buffer (``"send"``), the receive buffer (``"recv"``) or the relay scratch
     (``"scratch"``): each entry is ``(peer, where, offset, nbytes)``. ``scratch_bytes`` is
-    the scratch size; ``copies`` are local ``(where_dst, dst_off, where_src, src_off,
-    nbytes)`` moves done between the hops (a GPU relaying for itself).
+    the scratch size; ``copies`` (before hop 1) and ``copies_after`` (after hop 2) are
+    local ``(where_dst, dst_off, where_src, src_off, nbytes)`` moves: the self block, and
+    the bytes a GPU relays for itself.
     """
     d = np.asarray(traffic, dtype=np.int64)
     p, g = d.shape[0], gpus_per_node
@@ -38,7 +39,8 @@ def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bo
     soff_all = np.array([exclusive_cumsum(d[r, :]) for r in range(p)])
     roff_all = np.array([exclusive_cumsum(d[:, r]) for r in range(p)])
     servers = p // g
-    plan = {k: [] for k in ("hop1_send", "hop1_recv", "hop2_send", "hop2_recv", "copies")}
+    keys = ("hop1_send", "hop1_recv", "hop2_send", "hop2_recv", "copies", "copies_after")
+    plan: dict = {k: [] for k in keys}
     # intra-server traffic: direct, in hop 1
     for j in range(g):
         peer = s * g + j
@@ -102,7 +104,6 @@ def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bo
                 if not n:
                     continue
                 if j == i:
-                    plan["copies_after"] = plan.get("copies_after", [])
                     plan["copies_after"].append(("recv", int(roff_all[rank, src]), "scratch",
                                                  slot[(t, j)], n))  # fmt: skip
                 else:
@@ -112,7 +113,6 @@ def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bo
                 if n and a != i:
                     plan["hop2_recv"].append((s * g + a, "recv", int(roff_all[rank, t * g + a]), n))
     plan["scratch_bytes"] = scratch
-    plan.setdefault("copies_after", [])
     return plan
 
 
