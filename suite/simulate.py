@@ -118,7 +118,10 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--msg-us", dest="msg_us", type=float, help="posting cost per message")
     g.add_argument(
-        "--incast", type=float, help="incast loss: k senders get 1/(1+incast(k-1)) of a NIC"
+        "--incast",
+        type=float,
+        help="incast loss per extra sender on the bytes beyond the switch buffer: k senders "
+        "into a NIC take (1 + incast (k-1) overflow) times as long",
     )
     g.add_argument("--reduce-GBps", dest="reduce_GBps", type=float, help="reduction GB/s")
     g.add_argument(
