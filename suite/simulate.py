@@ -344,8 +344,9 @@ _BASELINES = {
 def _with_call_costs(pred: a2a_model.Prediction, nranks: int, fabric: Fabric):
     """FAST's prediction with the per-call fixed costs in front of its first step."""
     call = a2a_model.call_overhead_us(nranks, fabric, a2a_model.synthesis_us(nranks))
+    info = {**pred.info, "schedule_time_over_lb": pred.time_over_lb}
     shifted = dataclasses.replace(
-        pred, rank_finish_us=pred.rank_finish_us + call["call_us"], info=dict(pred.info)
+        pred, rank_finish_us=pred.rank_finish_us + call["call_us"], info=info
     )
     return shifted, call
 

@@ -176,6 +176,8 @@ def test_fast_pays_its_per_call_costs_and_the_relay_fanouts_run(tmp_path):
     assert call == a2a.call_overhead_us(32, f, a2a.synthesis_us(32))
     assert call["synthesis_us"] == pytest.approx(25.0, rel=0.01)  # between 16 and 64 GPUs
     assert with_costs["time_us"] == pytest.approx(without["time_us"] + call["call_us"])
+    lb = without["info"]["lower_bound_us"]
+    assert with_costs["info"]["schedule_time_over_lb"] == pytest.approx(without["time_us"] / lb)
     assert {r["impl"] for r in recs} == {"fast", "pxn", "deepep"}
     assert all(r["info"]["max_incast"] == 3 for r in recs if r["impl"] != "fast")
 
