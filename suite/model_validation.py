@@ -48,6 +48,18 @@ def _span(values) -> str:
     return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
 
 
+def _nccl_over_nvrar(fabric, nodes: int) -> tuple[list[float], str]:
+    """NCCL's time over NVRAR's at 128 KiB-2 MiB, and the table row (ratios, NCCL's picks)."""
+    ratios, picks = [], []
+    for size in (128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB):
+        nc = ar.nccl(size, nodes, fabric)
+        ratios.append(nc.time_us / ar.nvrar(size, nodes, fabric).time_us)
+        picks.append(f"{nc.info['algo']}/{nc.info['proto']}")
+    row = (f"| {nodes} | " + " | ".join(f"{r:.2f}" for r in ratios)
+           + f" | {', '.join(dict.fromkeys(picks))} |")  # fmt: skip
+    return ratios, row
+
+
 def nvrar_rows(summary: list | None = None) -> list[str]:
     f = fabric_from_profile("perlmutter")
     out = ["## NVRAR (Singhania et al.), Perlmutter profile, bf16", "",
@@ -57,15 +69,10 @@ def nvrar_rows(summary: list | None = None) -> list[str]:
            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     every, within = [], []
     for nodes in (2, 4, 8, 16):
-        ratios, picks = [], []
-        for size in (128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB):
-            nc = ar.nccl(size, nodes, f)
-            ratios.append(nc.time_us / ar.nvrar(size, nodes, f).time_us)
-            picks.append(f"{nc.info['algo']}/{nc.info['proto']}")
+        ratios, row = _nccl_over_nvrar(f, nodes)
         inside = sum(1.9 * 0.75 <= r <= 3.6 * 1.25 for r in ratios)
         every += ratios
-        out.append(f"| {nodes} | " + " | ".join(f"{r:.2f}" for r in ratios)
-                   + f" | {', '.join(dict.fromkeys(picks))} | {inside} of 5 |")  # fmt: skip
+        out.append(f"{row} {inside} of 5 |")
     vista = fabric_from_profile("vista")
     out += ["", "The same ratio on the Vista profile (InfiniBand, one GH200 per node: NVRAR is "
             "plain recursive doubling there). The paper's 1.9-3.6x covers InfiniBand too; "
@@ -74,14 +81,9 @@ def nvrar_rows(summary: list | None = None) -> list[str]:
             "|---|---|---|---|---|---|---|"]  # fmt: skip
     on_ib = []
     for nodes in (2, 4, 8, 16):
-        ratios, picks = [], []
-        for size in (128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB):
-            nc = ar.nccl(size, nodes, vista)
-            ratios.append(nc.time_us / ar.nvrar(size, nodes, vista).time_us)
-            picks.append(f"{nc.info['algo']}/{nc.info['proto']}")
+        ratios, row = _nccl_over_nvrar(vista, nodes)
         on_ib += ratios
-        out.append(f"| {nodes} | " + " | ".join(f"{r:.2f}" for r in ratios)
-                   + f" | {', '.join(dict.fromkeys(picks))} |")  # fmt: skip
+        out.append(row)
     out += ["", "NVRAR alone, 4 nodes x 4 A100. Target: each point within 25 % of the paper's.",
             "", "| size | paper (µs) | model (µs) | model / paper | within 25 % |",
             "|---|---|---|---|---|"]  # fmt: skip
