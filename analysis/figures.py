@@ -301,6 +301,10 @@ def _nvrar_speedup_panel(ax: Axes, ctx: pd.DataFrame, ref: pd.DataFrame) -> None
 # ---------------------------------------------------------------- figure 2
 
 
+#: all-to-allv panels drawn next to the FAST paper's numbers use its metric
+MEAN_ALGBW_LABEL = "algbw (GB/s, mean bytes per GPU / time)"
+
+
 def figure_2(
     points: pd.DataFrame,
     out_dir: str | Path | None = None,
@@ -355,7 +359,7 @@ def _skew_panel(ax: Axes, ctx, ref, system, nodes, gpn, size) -> None:
     at_size = size if size is not None else _most_covered(ctx, "size_bytes", "zipf_s")
     part = ctx[ctx["size_bytes"] == at_size]
     for label, kind, rows in _lines(part):
-        s = summarise(rows, ["zipf_s"], "algbw")
+        s = summarise(rows, ["zipf_s"], "mean_algbw")
         plot_series(ax, s["zipf_s"], s["value"], s["low"], s["high"], label, kind)
     alg = ref[(ref["quantity"] == "algbw_GBps") & ref["workload"].str.startswith("zipf")]
     alg = _for_system(alg, system)
@@ -377,7 +381,7 @@ def _skew_panel(ax: Axes, ctx, ref, system, nodes, gpn, size) -> None:
         )
     ax.set_xlabel("Zipf exponent s (skew)")
     ax.set_xlim(0, 1.05)
-    ax.set_ylabel("algbw (GB/s, per-GPU bytes / time)")
+    ax.set_ylabel(MEAN_ALGBW_LABEL)
     ax.set_title(
         f"{system} · {_nodes_text(nodes, gpn)} · {_kinds(part)}\n"
         f"workload zipf:s · {binary_label(at_size or 0)} per GPU",
@@ -392,10 +396,10 @@ def _skew_panel(ax: Axes, ctx, ref, system, nodes, gpn, size) -> None:
 def _zipf_size_panel(ax: Axes, ctx, system, nodes, gpn, zipf: float) -> None:
     part = ctx[np.isclose(ctx["zipf_s"], zipf)]
     for label, kind, rows in _lines(part):
-        s = summarise(rows, ["size_bytes"], "algbw")
+        s = summarise(rows, ["size_bytes"], "mean_algbw")
         plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
     size_axis(ax, part["size_bytes"], "mean bytes each GPU sends")
-    ax.set_ylabel("algbw (GB/s)")
+    ax.set_ylabel(MEAN_ALGBW_LABEL)
     ax.set_title(
         f"{system} · {_nodes_text(nodes, gpn)} · {_kinds(part)}\nworkload zipf:{zipf:g}",
         fontsize=9,
@@ -867,7 +871,7 @@ def _a2a_model_panel(part, measured, ref, system, size, workload) -> Callable[[A
     def draw(ax: Axes) -> None:
         both = pd.concat([part, meas])
         for label, kind, rows in _lines(both):
-            s = summarise(rows, ["nodes"], "algbw")
+            s = summarise(rows, ["nodes"], "mean_algbw")
             plot_series(ax, s["nodes"].astype(float), s["value"], s["low"], s["high"], label, kind)
         xs = list(both["nodes"].astype(float))
         alg = ref[(ref["quantity"] == "algbw_GBps") & (ref["workload"] == wl)]
@@ -885,7 +889,7 @@ def _a2a_model_panel(part, measured, ref, system, size, workload) -> Callable[[A
             )
             xs.append(row.nodes)
         count_axis(ax, xs, "servers (nodes)")
-        ax.set_ylabel("algbw (GB/s)")
+        ax.set_ylabel(MEAN_ALGBW_LABEL)
         ax.set_title(
             f"{system} · all-to-allv · workload {wl} · {binary_label(at)} per GPU · {_kinds(both)}",
             fontsize=9,

@@ -40,6 +40,8 @@ _KNOWN_IMPLS = (
     "balance-only",
     "fast-noorder",
     "fast+sched",
+    "pxn",
+    "deepep",
 )
 _PALETTE = (
     "#1f77b4",
@@ -55,6 +57,8 @@ _PALETTE = (
     "#393b79",
     "#637939",
     "#e7969c",
+    "#843c39",
+    "#5254a3",
 )
 REFERENCE_COLOR = "#444444"
 

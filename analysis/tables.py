@@ -43,7 +43,7 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "alltoallv": ("fanout", "rccl", "nccl", "mpi"),
     "alltoall": ("fanout", "rccl", "nccl", "mpi"),
 }
-METRICS = ("time", "latency_max", "algbw", "busbw")
+METRICS = ("time", "latency_max", "algbw", "busbw", "mean_algbw")
 
 
 def params_key(params: object) -> str:
@@ -92,7 +92,9 @@ def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd
     """Per ``keys`` group: ``value`` (median), ``low``/``high`` (spread) and ``n`` records.
 
     ``metric``: ``time`` (the chosen per-call time), ``latency_max`` (max over ranks, as the
-    NVRAR paper reports), ``algbw`` or ``busbw`` (GB/s).
+    NVRAR paper reports), ``algbw`` or ``busbw`` (GB/s), ``mean_algbw`` (GB/s: the mean
+    bytes each GPU sends, ``size_bytes``, over the time — the FAST paper's all-to-allv
+    algbw, where ``algbw`` follows nccl-tests' busiest-rank rule).
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
@@ -104,6 +106,14 @@ def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd
         work["_v"] = work["time_us"] if metric == "time" else work["time_us_max"]
         work["_lo"] = work["time_us_min"].fillna(work["_v"])
         work["_hi"] = work["time_us_max"].fillna(work["_v"])
+    elif metric == "mean_algbw":
+        work["_v"] = _bytes_over_time(work["size_bytes"], work["time_us"])
+        work["_lo"] = _bytes_over_time(
+            work["size_bytes"], work["time_us_max"].fillna(work["time_us"])
+        )
+        work["_hi"] = _bytes_over_time(
+            work["size_bytes"], work["time_us_min"].fillna(work["time_us"])
+        )
     else:
         algbw = work["algbw_GBps"].fillna(_bytes_over_time(work["metric_bytes"], work["time_us"]))
         factor = work["busbw_factor"].fillna(work["busbw_GBps"] / work["algbw_GBps"]).fillna(1.0)

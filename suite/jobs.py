@@ -198,6 +198,15 @@ class Fabric:
     - ``scaleout_GBps``: one NIC (``nics_per_node`` of them per node, rail-aligned
       when there is one per GPU).
     - ``stage_cost_us``: fixed cost of one FAST stage (synchronisation and launch).
+    - optional mechanisms (``None``: the model's default): ``msg_us`` (host cost per
+      posted message), ``proxy_us`` (one pass through NCCL/RCCL's network proxy thread),
+      ``put_us`` (one NVSHMEM put through its transport), ``reduce_GBps``;
+      ``switch_buffer_MB`` (a receiving port's share of the switch buffer) with
+      ``incast_lossless`` / ``incast_lossy`` (loss per extra sender once it overflows)
+      and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
+      (false where NCCL disables its LL128 protocol: GPU-NIC path through the CPU).
+    - ``sources``: for each constant, where its value comes from (a published
+      measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
 
     scaleup: str
@@ -209,9 +218,31 @@ class Fabric:
     scaleout_latency_us: float
     nics_per_node: int
     stage_cost_us: float
+    msg_us: float | None = None
+    proxy_us: float | None = None
+    put_us: float | None = None
+    reduce_GBps: float | None = None
+    switch_buffer_MB: float | None = None
+    incast_lossless: float | None = None
+    incast_lossy: float | None = None
+    flow_control: str | None = None
+    nccl_ll128: bool | None = None
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-FABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Fabric))
+#: optional numeric ``[fabric]`` keys (cost-model mechanisms)
+FABRIC_OPTIONAL = (
+    "msg_us",
+    "proxy_us",
+    "put_us",
+    "reduce_GBps",
+    "switch_buffer_MB",
+    "incast_lossless",
+    "incast_lossy",
+)
+FLOW_CONTROLS = ("lossless", "lossy")
+
+FABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Fabric) if f.name != "sources")
 
 
 @dataclass(frozen=True)
@@ -440,7 +471,16 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         scaleout_latency_us=fab.num("scaleout_latency_us"),
         nics_per_node=fab.integer("nics_per_node", required=True),
         stage_cost_us=fab.num("stage_cost_us"),
+        **{k: fab.num(k, required=False) if k in fab.data else None for k in FABRIC_OPTIONAL},
+        flow_control=fab.text("flow_control"),
+        nccl_ll128=fab.flag("nccl_ll128") if "nccl_ll128" in fab.data else None,
+        sources=fab.str_map("sources"),
     )
+    if fabric.flow_control not in (None, *FLOW_CONTROLS):
+        raise UsageError(
+            f"{fab.where}: flow_control must be one of {', '.join(FLOW_CONTROLS)} "
+            f"(got {fabric.flow_control!r})"
+        )
     fab.done()
 
     calibration = None

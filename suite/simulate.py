@@ -32,7 +32,7 @@ from suite import __version__, metrics, results
 from suite.errors import UsageError
 from suite.units import format_size, parse_size, size_sweep
 
-ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only")
+ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
 #: command-line flag -> Fabric field
 OVERRIDES = {
@@ -45,9 +45,12 @@ OVERRIDES = {
     "msg_us": "msg_us",
     "incast": "incast",
     "reduce_GBps": "reduce_GBps",
+    "proxy_us": "proxy_us",
+    "put_us": "put_us",
+    "switch_buffer_MB": "switch_buffer_MB",
 }
 #: optional profile ``[fabric]`` keys read when present (else the Fabric default)
-_OPTIONAL_PROFILE_KEYS = ("msg_us", "incast", "reduce_GBps")
+_OPTIONAL_PROFILE_KEYS = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB")
 
 
 def add_parser(sub) -> None:
@@ -115,9 +118,35 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--msg-us", dest="msg_us", type=float, help="posting cost per message")
     g.add_argument(
-        "--incast", type=float, help="incast loss: k senders get 1/(1+incast(k-1)) of a NIC"
+        "--incast",
+        type=float,
+        help="incast loss per extra sender on the bytes beyond the switch buffer: k senders "
+        "into a NIC take (1 + incast (k-1) overflow) times as long",
     )
     g.add_argument("--reduce-GBps", dest="reduce_GBps", type=float, help="reduction GB/s")
+    g.add_argument(
+        "--proxy-us", dest="proxy_us", type=float, help="NCCL/RCCL network proxy pass (us)"
+    )
+    g.add_argument("--put-us", dest="put_us", type=float, help="NVSHMEM put via its transport")
+    g.add_argument(
+        "--switch-buffer-MB",
+        dest="switch_buffer_MB",
+        type=float,
+        help="switch buffer per receiving port before incast costs (0: from the first byte)",
+    )
+    g.add_argument(
+        "--flow-control",
+        choices=("lossless", "lossy"),
+        default=None,
+        help="which of the profile's incast cases (incast_lossless / incast_lossy) to use "
+        "(default: the profile's flow_control; --incast overrides the coefficient)",
+    )
+    p.add_argument(
+        "--no-call-costs",
+        dest="call_costs",
+        action="store_false",
+        help="FAST: leave out the per-call fixed costs (matrix all-gather, synthesis)",
+    )
     p.add_argument("--out", default=None, help="append JSONL records here")
     p.set_defaults(func=run)
 
@@ -125,12 +154,18 @@ def add_parser(sub) -> None:
 # ---------------------------------------------------------------- fabric
 
 
-def fabric_from_profile(name: str, gpus_per_node: int | None = None, **overrides) -> Fabric:
+def fabric_from_profile(
+    name: str,
+    gpus_per_node: int | None = None,
+    flow_control: str | None = None,
+    **overrides,
+) -> Fabric:
     """The cost-model :class:`Fabric` of profile ``name``, with overrides applied.
 
     The profile gives ``scaleout_GBps`` per NIC and ``nics_per_node`` NICs; the model has
     one NIC per GPU, so a GPU's share is ``scaleout_GBps * nics_per_node / gpus_per_node``.
     With one GPU per node there is no scale-up tier (its constants are not used).
+    ``incast`` is the profile's ``incast_<flow_control>`` (default: its ``flow_control``).
     """
     from suite.jobs import load_profile
 
@@ -155,6 +190,17 @@ def fabric_from_profile(name: str, gpus_per_node: int | None = None, **overrides
     for key in _OPTIONAL_PROFILE_KEYS:
         if getattr(f, key, None) is not None:
             values[key] = getattr(f, key)
+    if getattr(f, "nccl_ll128", None) is not None:
+        values["nccl_ll128"] = f.nccl_ll128
+    case = flow_control or getattr(f, "flow_control", None)
+    if case is not None:
+        coefficient = getattr(f, f"incast_{case}", None)
+        if coefficient is None:
+            raise UsageError(
+                f"system {name!r} has no incast_{case} in its [fabric]: add it (with its "
+                "source) or choose the other --flow-control"
+            )
+        values["incast"] = coefficient
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Fabric(**values)
@@ -237,13 +283,18 @@ def alltoallv_points(
     unit: int = 1,
     params: dict | None = None,
     tune: bool = True,
+    call_costs: bool = True,
+    progress: bool = False,
 ):
     """Yield one :class:`Point` per (nodes, workload, size, impl).
 
     FAST's options: ``params`` plus the fabric's stage cost; with ``tune`` the model also
     tries the option sets :func:`kernels.model.tune.tune_fast` searches (a grid, then a
     coordinate descent; never varying a key of ``params``) and keeps the fastest.
-    balance-only uses the untuned schedule.
+    balance-only uses the untuned schedule. With ``call_costs`` FAST's times include
+    what a call costs before its first step (:func:`kernels.model.alltoallv.
+    call_overhead_us`, with the measured synthesis law ``synthesis_us``). ``progress``:
+    report the tuner's candidates on stderr as it goes.
     """
     from suite.workloads import generate, parse_workload
 
@@ -261,26 +312,66 @@ def alltoallv_points(
                     t0 = time.perf_counter()
                     extra: dict = {}
                     if impl in ("fast", "balance-only") and tuned is None:
+                        report = _progress_printer(nodes, workload, size) if progress else None
                         tuned = fast_schedule(
-                            traffic, fabric, unit, params or {}, tune and "fast" in impls
+                            traffic, fabric, unit, params or {}, tune and "fast" in impls, report
                         )
+                        if report is not None:
+                            sys.stderr.write("\r\033[K")  # clear the progress line
                     if impl == "fast":
                         pred = tuned.prediction
                         extra = _schedule_info(tuned, tune)
+                        if call_costs:
+                            pred, extra["call"] = _with_call_costs(pred, p, fabric)
                     elif impl == "balance-only":
                         pred = a2a_model.balance_only(traffic, tuned.default_transfers, fabric)
-                    elif impl == "fanout":
-                        pred = a2a_model.fanout(traffic, fabric)
                     else:
-                        pred = a2a_model.spreadout(traffic, fabric)
+                        pred = _BASELINES[impl](traffic, fabric)
                     extra["model_seconds"] = time.perf_counter() - t0
                     yield Point(
                         nodes, size, workload, impl, pred, metric, size // unit, wseed, extra
                     )
 
 
+_BASELINES = {
+    "fanout": a2a_model.fanout,
+    "spreadout": a2a_model.spreadout,
+    "pxn": a2a_model.pxn,
+    "deepep": a2a_model.deepep,
+}
+
+
+def _with_call_costs(pred: a2a_model.Prediction, nranks: int, fabric: Fabric):
+    """FAST's prediction with the per-call fixed costs in front of its first step."""
+    call = a2a_model.call_overhead_us(nranks, fabric, a2a_model.synthesis_us(nranks))
+    info = {**pred.info, "schedule_time_over_lb": pred.time_over_lb}
+    shifted = dataclasses.replace(
+        pred, rank_finish_us=pred.rank_finish_us + call["call_us"], info=info
+    )
+    return shifted, call
+
+
+def _progress_printer(nodes: int, workload: str, size: int):
+    """A tuner callback that rewrites one stderr line (a terminal's progress line)."""
+    t0 = time.perf_counter()
+
+    def report(evaluated: int, best: float) -> None:
+        sys.stderr.write(
+            f"\r# tuning FAST: {nodes} nodes, {workload}, {format_size(size)}: "
+            f"{evaluated} candidates, best {best:.3f} x lb, {time.perf_counter() - t0:.0f} s "
+        )
+        sys.stderr.flush()
+
+    return report
+
+
 def fast_schedule(
-    traffic: np.ndarray, fabric: Fabric, unit: int, params: dict, tune: bool = True
+    traffic: np.ndarray,
+    fabric: Fabric,
+    unit: int,
+    params: dict,
+    tune: bool = True,
+    progress=None,
 ) -> tune_model.Tuned:
     """The FAST schedule the model evaluates: ``params`` + the fabric's stage cost, or
     (``tune``) the fastest of the model's candidates around them."""
@@ -294,6 +385,7 @@ def fast_schedule(
             unit=unit,
             fixed=opts,
             candidates=None if tune else [default],
+            progress=progress,
         )
     except TypeError as exc:
         raise UsageError(f"--param: {exc}") from None
@@ -422,7 +514,8 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
         f"#  G {f.gpus_per_node}  NIC {f.nic_GBps:g} GB/s alpha {f.nic_us:g} us  "
         f"scale-up {f.scaleup_GBps:g} GB/s (peer {f.scaleup_peer_GBps:g}) "
         f"alpha {f.scaleup_us:g} us  stage {f.stage_us:g} us  msg {f.msg_us:g} us  "
-        f"incast {f.incast:g}  reduce {f.reduce_GBps:g} GB/s"
+        f"incast {f.incast:g} (buffer {f.switch_buffer_MB:g} MB)  reduce {f.reduce_GBps:g} GB/s  "
+        f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
     )
     if args.collective == "alltoallv":
         print("#  algbw = busiest rank's max(send, recv) bytes / time; "
@@ -460,7 +553,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.driver import parse_params
 
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items()}
-    fabric = fabric_from_profile(args.system, args.gpus_per_node, **overrides)
+    fabric = fabric_from_profile(args.system, args.gpus_per_node, args.flow_control, **overrides)
     nodes_list = _int_list(args.nodes or "2,4,8", "--servers/--nodes")
     sizes = _sizes(args)
     dtype = _dtype(args)
@@ -490,6 +583,8 @@ def run(args: argparse.Namespace) -> int:
             dtype.itemsize,
             params,
             args.tune,
+            args.call_costs,
+            progress=args.tune and "fast" in impls and sys.stderr.isatty(),
         )
     else:
         if args.param:

@@ -17,7 +17,7 @@ from kernels.registry import lookup
 from tests.test_fast_executor import traffic_cases
 from tests.threaded_transport import run_ranks
 
-IMPLS = ("fast", "fast+sched", "balance-only", "spreadout")
+IMPLS = ("fast", "fast+sched", "balance-only", "spreadout", "pxn", "deepep")
 
 
 def make_case(d: np.ndarray, rank: int, seed: int = 1) -> AlltoallvCase:

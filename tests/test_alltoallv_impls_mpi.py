@@ -51,3 +51,10 @@ def test_bad_param_is_one_line_on_every_rank(tmp_path):
                        "strategy=greedy", "-b", "1K", "-e", "1K"], timeout=60)  # fmt: skip
     assert proc.returncode != 0
     assert "error: ValueError: unknown strategy 'greedy'" in proc.stderr
+
+
+@pytest.mark.parametrize("impl", ["pxn", "deepep"])
+def test_relay_fanouts_match_mpi_alltoallv(tmp_path, impl):
+    df = sweep(tmp_path, impl, "-e", "256K")
+    assert (df.nwrong == 0).all() and len(df) == 3
+    assert all(info["steps"] == 2 for info in df["info"])

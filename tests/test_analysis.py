@@ -242,6 +242,10 @@ def test_summarise_median_and_spread_over_repetitions_and_ranks():
     assert bw["low"] == pytest.approx(1e6 / 31e3) and bw["high"] == pytest.approx(1e6 / 8e3)
     bus = summarise(df, ["impl"], "busbw").iloc[0]
     assert bus["value"] == pytest.approx(75.0) and bus["high"] == pytest.approx(1.5e6 / 8e3)
+    # the FAST paper's all-to-allv algbw: mean bytes per GPU (the size), not the busiest rank's
+    df["metric_bytes"] = 3_000_000
+    mean = summarise(df, ["impl"], "mean_algbw").iloc[0]
+    assert mean["value"] == pytest.approx(50.0) and mean["low"] == pytest.approx(1e6 / 31e3)
     with pytest.raises(ValueError, match="unknown metric"):
         summarise(df, ["impl"], "speed")
 

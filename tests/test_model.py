@@ -13,6 +13,7 @@ import kernels.fast
 from kernels.model import Fabric, lower_bound, step_finish
 from kernels.model import allreduce as ar
 from kernels.model import alltoallv as a2a
+from kernels.model import nccl as nccl_table
 
 # test fixture constants (round numbers so the hand computations stay readable)
 NIC, NIC_US, UP, UP_US, STAGE = 50.0, 2.0, 400.0, 1.0, 5.0
@@ -292,9 +293,10 @@ def test_recursive_doubling_power_of_two_nodes():
     pred = ar.recursive_doubling(n, nodes, f)
     step = NIC_US + us(n, NIC) + us(n, 200.0)
     assert pred.rank_finish_us == pytest.approx(np.full(nodes, STAGE + 3 * step))
-    # g = 1: NVRAR is the same butterfly on LL8 cells (twice the wire bytes), one phase
-    nv = ar.nvrar(n, nodes, f)
-    assert nv.time_us == pytest.approx(STAGE + 3 * (NIC_US + us(2 * n, NIC) + us(n, 200.0)))
+    # g = 1: NVRAR is the same butterfly on LL8 cells (the LL share of the NIC: 1/4) plus
+    # the transport's put cost, one phase
+    nv = ar.nvrar(n, nodes, f.with_(put_us=3.0))
+    assert nv.time_us == pytest.approx(STAGE + 3 * (3.0 + NIC_US + us(4 * n, NIC) + us(n, 200.0)))
     assert ar.nvrar(n, nodes, f, ll8=False).time_us == pytest.approx(pred.time_us)
 
 
@@ -321,7 +323,7 @@ def test_nvrar_hierarchical_closed_form():
     f = fab(g)
     chunk = n / g
     rs = min(UP_US + us(3 * chunk, UP), 3 * (UP_US + us(chunk, UP)))
-    inter = 2 * (NIC_US + us(2 * chunk, NIC))
+    inter = 2 * (NIC_US + us(4 * chunk, NIC))
     pred = ar.nvrar(n, nodes, f)
     assert pred.rank_finish_us == pytest.approx(np.full(g * nodes, 3 * STAGE + rs + inter + rs))
     assert pred.info["inter_steps"] == 2
@@ -337,13 +339,39 @@ def test_ring_closed_form():
     assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
 
 
-def test_nccl_like_picks_the_faster_of_ring_and_tree():
-    f = fab(8, msg_us=3.0)
-    small, large = ar.nccl(1 << 12, 2, f), ar.nccl(1 << 30, 2, f)
-    assert small.info["algo"] == "tree"  # 2(g-1) NVLink + 2 network hops beat 2(P-1) hops
-    assert large.info["algo"] == "ring"  # the ring moves 2(P-1)/P n per GPU, the tree 2n
-    for pred in (small, large):
-        assert pred.time_us == pytest.approx(min(pred.info["ring_us"], pred.info["tree_us"]))
+def test_nccl_runs_small_calls_on_fewer_channels():
+    # getAlgoInfo: drop channels while bytes < channels * threads * threshold
+    # ring/LL on 16 ranks: threshold 8 * 16 bytes per thread, 512 threads
+    assert nccl_table.channels_used(128 << 10, 16, 8, "ring", "LL") == 2 / 8
+    assert nccl_table.channels_used(512 << 10, 16, 8, "ring", "LL") == 1.0
+    # Simple: 64 bytes per thread; at 16 KiB one channel, then its threads halve to 256
+    assert nccl_table.channels_used(16 << 10, 16, 8, "tree", "Simple") == pytest.approx(0.5 / 8)
+    assert nccl_table.channels(4) == 8
+
+
+def test_nccl_picks_its_fastest_estimate_and_pays_the_proxy_on_network_steps():
+    f = fab(8, proxy_us=3.0)
+    small, large = ar.nccl(1 << 12, 4, f), ar.nccl(1 << 30, 4, f)
+    assert (small.info["algo"], small.info["proto"]) == ("tree", "LL")  # fewest hops
+    assert (large.info["algo"], large.info["proto"]) == ("ring", "Simple")  # full bandwidth
+    for size, pred in ((1 << 12, small), (1 << 30, large)):
+        est = pred.info["estimates_us"]
+        assert pred.info["nccl_estimate_us"] == min(est.values())
+        hops = pred.info["network_steps"]
+        assert hops == (4 if pred.info["algo"] == "tree" else 6)
+        algo, proto = pred.info["algo"], pred.info["proto"]
+        lat, bw = nccl_table.estimate_terms(size, 4, 8, min(8 * NIC, UP), algo, proto)
+        share = pred.info["channel_share"]
+        assert pred.time_us == pytest.approx(lat + bw / share + hops * (2 * 3.0 + NIC_US))
+    assert large.info["channel_share"] == 1.0 and small.info["channel_share"] < 1.0
+    # NCCL's table: tree/LL at 4 KiB on 4 nodes of 8: latency 4.4 + 2 (7 * 0.52 * 1.8 +
+    # 2 * 5.0); bandwidth min(0.9 bus, 80) / 3.8 / 2, times the tree correction 0.7
+    bw = min(0.9 * 8 * NIC, 80) / 3.8 / 2 * 0.7
+    assert small.info["estimates_us"]["tree/LL"] == pytest.approx(
+        4.4 + 2 * (7 * 0.52 * 1.8 + 2 * 5.0) + 4096 / (1000 * bw)
+    )
+    one_node = ar.nccl(1 << 20, 1, f)
+    assert one_node.info["algo"] == "ring" and one_node.info["proxy_us"] == 0
 
 
 @settings(max_examples=40, deadline=None)

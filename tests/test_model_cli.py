@@ -133,7 +133,7 @@ def test_fast_is_tuned_by_default_and_balance_follows_the_plans(tmp_path):
 
     out = tmp_path / "m.jsonl"
     base = ["simulate", "alltoallv", "--system", "h200", "--servers", "3", "--size", "4M",
-            "--impls", "fast", "--stage-us", "2", "--out", str(out)]  # fmt: skip
+            "--impls", "fast", "--stage-us", "2", "--no-call-costs", "--out", str(out)]  # fmt: skip
     assert main(base) == 0
     assert main([*base, "--no-tune"]) == 0
     assert main([*base, "--no-tune", "--balance", "prologue"]) == 0
@@ -159,3 +159,56 @@ def test_balance_flag_and_param_must_agree(capsys):
             "--balance", "prologue", "--param", "balance=pipelined"]  # fmt: skip
     assert main(argv) == 2
     assert "disagree" in capsys.readouterr().err
+
+
+def test_fast_pays_its_per_call_costs_and_the_relay_fanouts_run(tmp_path):
+    from kernels.model import alltoallv as a2a
+
+    out = tmp_path / "m.jsonl"
+    base = ["simulate", "alltoallv", "--system", "mi300x", "--servers", "4", "--size", "1M",
+            "--impls", "fast,pxn,deepep", "--no-tune", "--out", str(out)]  # fmt: skip
+    assert main(base) == 0
+    assert main([*base, "--no-call-costs"]) == 0
+    recs = records(out)
+    with_costs, without = recs[0], recs[3]
+    call = with_costs["info"]["call"]
+    f = fabric_from_profile("mi300x")
+    assert call == a2a.call_overhead_us(32, f, a2a.synthesis_us(32))
+    assert call["synthesis_us"] == pytest.approx(25.0, rel=0.01)  # between 16 and 64 GPUs
+    assert with_costs["time_us"] == pytest.approx(without["time_us"] + call["call_us"])
+    lb = without["info"]["lower_bound_us"]
+    assert with_costs["info"]["schedule_time_over_lb"] == pytest.approx(without["time_us"] / lb)
+    assert {r["impl"] for r in recs} == {"fast", "pxn", "deepep"}
+    assert all(r["info"]["max_incast"] == 3 for r in recs if r["impl"] != "fast")
+
+
+def test_flow_control_picks_the_profiles_incast_case(capsys):
+    lossless = fabric_from_profile("mi300x", flow_control="lossless")
+    lossy = fabric_from_profile("mi300x", flow_control="lossy")
+    assert (lossless.incast, lossy.incast, lossy.switch_buffer_MB) == (0.02, 0.5, 1.0)
+    assert fabric_from_profile("mi300x").incast == lossless.incast  # the profile's default
+    assert fabric_from_profile("mi300x", flow_control="lossy", incast=0.3).incast == 0.3
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "alltoallv", "--system", "mi300x", "--servers", "2",
+              "--flow-control", "wet"])  # fmt: skip
+    assert exc.value.code == 2 and "--flow-control" in capsys.readouterr().err
+
+
+def test_tuning_reports_progress_on_a_terminal(capsys):
+    from suite import simulate
+
+    seen = []
+    f = fabric_from_profile("h200")
+    pts = simulate.alltoallv_points(f, [2], [1 << 20], ["zipf:0.8"], ["fast"], 1, progress=True)
+    (point,) = list(pts)
+    err = capsys.readouterr().err
+    assert "tuning FAST: 2 nodes, zipf:0.8, 1M:" in err and "best" in err
+    assert err.endswith("\r\033[K")  # the progress line is cleared before the table row
+    from kernels.model.tune import tune_fast
+    from suite.workloads import generate
+
+    d = generate("zipf:0.8", 16, 1 << 20, seed=1)
+    t = tune_fast(d, 8, f, progress=lambda n, best: seen.append((n, best)))
+    assert [n for n, _ in seen] == list(range(1, len(t.candidates) + 1))
+    assert seen[-1][1] == pytest.approx(t.prediction.time_over_lb)
+    assert point.extra["tuned"] is True

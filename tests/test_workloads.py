@@ -212,3 +212,19 @@ def test_cli_workload_writes_the_matrix(tmp_path, capsys):
     assert main(["workload", "zipf:9", "--ranks", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "zipf exponent" in err[0]
+
+
+def test_expert_zipf_skews_destinations_and_pair_zipf_is_zipf():
+    assert np.array_equal(generate("pair-zipf:0.8", 16, 1 << 20, seed=2),
+                          generate("zipf:0.8", 16, 1 << 20, seed=2))  # fmt: skip
+    d = generate("expert-zipf:0.8", 32, 1 << 20, seed=2)
+    assert d.sum() == 32 << 20
+    rows, cols = d.sum(axis=1), d.sum(axis=0)
+    assert rows.max() / rows.min() < 1.5  # every sender sends about the same
+    assert cols.max() / cols.min() > 5  # the hot experts' ranks receive much more
+    pair = generate("zipf:0.8", 32, 1 << 20, seed=2)
+    assert pair.max() / pair.sum() > 0.03  # pairwise: one pair carries a few % of it all
+    assert d.max() / d.sum() < 0.01
+    flat = generate("expert-zipf:0.1", 32, 1 << 20, seed=2).sum(axis=0)
+    assert flat.max() / flat.min() < cols.max() / cols.min()
+    assert expand_workloads("expert-zipf:0.1,0.9") == ["expert-zipf:0.1", "expert-zipf:0.9"]

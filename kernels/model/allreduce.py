@@ -4,9 +4,8 @@
 Each call pays ``stage_us`` once per launched phase; every message pays the latency of the
 tier it crosses (``nic_us`` between nodes, ``scaleup_us`` inside one) plus its bytes over
 that tier's bandwidth; a reduction of ``m`` bytes costs ``m / reduce_GBps``. A message
-posted by the host (two-sided MPI send/recv, or a network step NCCL's proxy thread hands
-to the NIC) also pays ``msg_us``; NVRAR's inter-node puts are issued by the GPU into
-flag-carrying cells and do not. These are the α-β-γ models of ``nvrar.md``:
+posted by the host (two-sided MPI send/recv) also pays ``msg_us``; NVRAR's inter-node
+puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of ``nvrar.md``:
 
 * ``ring`` (flat, one ring over all P ranks): 2(P-1) steps of n/P bytes on the slowest
   link of the ring (a NIC once N > 1): 2(P-1)α + 2((P-1)/P)nβ + ((P-1)/P)nγ.
@@ -18,14 +17,13 @@ flag-carrying cells and do not. These are the α-β-γ models of ``nvrar.md``:
   n / 2^(k+1) with r XOR 2^k, nearest partner first) and all-gather by recursive doubling
   back; same fold for non-powers of two.
 * ``nvrar``: intra-node reduce-scatter (the faster of a ring and a direct exchange to all
-  peers at once), recursive doubling on n/g bytes between same-index GPUs of different nodes — on LL8 cells, so twice
-  the bytes on the wire — then the intra-node all-gather. Three launched phases (one when
-  g = 1, where it is plain recursive doubling between nodes).
-* ``nccl``: what NCCL picks, the faster of a ring and a tree, each run over g channels so
-  every NIC carries 1/g of the data: ring 2(P-1) hops of latency and 2((P-1)/P)n bytes per
-  GPU; tree (intra-node chain, double binary tree between nodes) 2((g-1) scale-up +
-  ⌈log2 N⌉ NIC) hops of latency and 2n bytes per node each way. Network hops go through
-  the proxy (``msg_us``); NVLink hops do not.
+  peers at once), recursive doubling on n/g bytes between same-index GPUs of different
+  nodes — one-sided puts of LL8 cells, each step paying the transport's ``put_us`` and
+  moving its payload at the LL protocol's share of the NIC — then the intra-node
+  all-gather. Three launched phases (one when g = 1: plain recursive doubling).
+* ``nccl``: NCCL's own choice among tree/ring x LL/LL128/Simple with the constants of its
+  ``tuning.cc`` (:mod:`kernels.model.nccl`), plus the host proxy's cost on every network
+  step (``proxy_us``).
 
 All ranks finish together except where a fold makes some wait longer.
 """
@@ -36,6 +34,7 @@ import math
 
 import numpy as np
 
+from kernels.model import nccl as nccl_table
 from kernels.model.alltoallv import Prediction
 from kernels.model.fabric import Fabric
 
@@ -64,12 +63,17 @@ def lower_bound_us(n: int, nodes: int, fabric: Fabric) -> float:
     return max(float(fabric.scaleup_time_us(2 * (g - 1) / g * n)), fabric.scaleup_us)
 
 
-def _link(fabric: Fabric, cross: np.ndarray, nbytes: float, host: bool = True) -> np.ndarray:
-    """Latency plus transfer time of one message of ``nbytes`` per pair."""
-    posted = fabric.msg_us if host else 0.0
-    return posted + np.where(
+def _link(
+    fabric: Fabric, cross: np.ndarray, nbytes: float, post_us: float, nic_share: float = 1.0
+) -> np.ndarray:
+    """Latency plus transfer time of one message of ``nbytes`` per pair.
+
+    ``post_us``: what posting the message costs (host or proxy); ``nic_share``: the
+    fraction of the NIC's bandwidth the message's protocol gets for its payload.
+    """
+    return post_us + np.where(
         cross,
-        fabric.nic_us + fabric.nic_time_us(nbytes),
+        fabric.nic_us + fabric.nic_time_us(nbytes) / nic_share,
         fabric.scaleup_us + fabric.peer_time_us(nbytes),
     )
 
@@ -80,15 +84,18 @@ def _pairwise(
     start: np.ndarray,
     steps: list[tuple[int, float, float]],
     fold: tuple[float, float],
-    host: bool = True,
+    post_us: float | None = None,
+    nic_share: float = 1.0,
 ) -> np.ndarray:
     """Finish times of a butterfly over ``len(node_of)`` participants.
 
     ``steps`` holds ``(bit, wire, reduce)``: participant i exchanges ``wire`` bytes with
     i XOR 2^bit, then reduces ``reduce`` bytes. Participants beyond the largest power of
     two fold in first (``fold = (wire, reduce)``) and get ``fold[0]`` bytes back at the end.
-    ``host``: messages are posted by the host (they pay ``msg_us``).
+    ``post_us``: cost of posting one message (default ``msg_us``, two-sided host sends);
+    ``nic_share``: see :func:`_link`.
     """
+    post = fabric.msg_us if post_us is None else post_us
     m = node_of.size
     t = np.asarray(start, dtype=np.float64).copy()
     p2 = 1 << (m.bit_length() - 1)
@@ -96,16 +103,16 @@ def _pairwise(
     lo = hi - p2
     if hi.size:
         wire, red = fold
-        arrive = t[hi] + _link(fabric, node_of[hi] != node_of[lo], wire, host)
+        arrive = t[hi] + _link(fabric, node_of[hi] != node_of[lo], wire, post, nic_share)
         t[lo] = np.maximum(t[lo], arrive) + fabric.reduce_time_us(red)
         t[hi] = arrive
     i = np.arange(p2)
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
-        cost = _link(fabric, node_of[i] != node_of[j], wire, host)
+        cost = _link(fabric, node_of[i] != node_of[j], wire, post, nic_share)
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
-        back = _link(fabric, node_of[hi] != node_of[lo], fold[0], host)
+        back = _link(fabric, node_of[hi] != node_of[lo], fold[0], post, nic_share)
         t[hi] = np.maximum(t[hi], t[lo]) + back
         t[lo] = t[lo] + back
     return t
@@ -148,7 +155,7 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
         t = fabric.stage_us
     else:
         cross = np.array(nodes > 1)
-        step = float(_link(fabric, cross, n / p))
+        step = float(_link(fabric, cross, n / p, fabric.msg_us))
         t = fabric.stage_us + 2 * (p - 1) * step + fabric.reduce_time_us((p - 1) / p * n)
     return Prediction(
         "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
@@ -176,17 +183,23 @@ def _intra_collective_us(n: int, fabric: Fabric, reduce: bool) -> float:
 
 
 def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction:
-    """Intra-node reduce-scatter, inter-node recursive doubling on n/g, intra all-gather."""
+    """Intra-node reduce-scatter, inter-node recursive doubling on n/g, intra all-gather.
+
+    Each inter-node step is one put per partner through the NVSHMEM transport
+    (``put_us``: a CPU proxy with libfabric, ~0 with IBGDA); with ``ll8`` its payload
+    moves at NCCL's LL share of the NIC (:data:`kernels.model.nccl.LL_RING_EFFICIENCY`:
+    half the wire is flags, and 8-byte stores do not reach line rate).
+    """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     phases = 3 if g > 1 else 1
     chunk = n / g
-    wire = 2 * chunk if ll8 else chunk
+    share = nccl_table.LL_RING_EFFICIENCY if ll8 else 1.0
     rs = _intra_collective_us(n, fabric, reduce=True)
     node_ids = np.arange(nodes)
-    inter_steps = [(k, wire, chunk) for k in range(_log2_floor(nodes))]
+    inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
-    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, fold=(wire, chunk), host=False)
+    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share)
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {
@@ -200,37 +213,40 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
 
 def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """NCCL-like: the faster of a g-channel ring and a g-channel tree."""
+    """NCCL: its own pick among tree/ring x LL/LL128/Simple (:mod:`kernels.model.nccl`),
+    run on the channels a call of this size gets (its bandwidth term scaled by the share
+    of channels and threads used), plus the host proxy: every network step of a chunk
+    passes the sender's and the receiver's proxy thread (``2 * proxy_us``) and returns a
+    credit (one ``nic_us``).
+
+    Bus bandwidth: a node's NICs together across nodes (each GPU drives its own), capped
+    by the scale-up port; on one node the scale-up port.
+    """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     p = nodes * g
-    inter = nodes > 1
-    hop = fabric.nic_us + fabric.msg_us if inter else fabric.scaleup_us
-    ring_lat = 2 * (p - 1) * hop
-    # per byte of the ring's 2((P-1)/P)n: each GPU is the node's exit on 1 of its g rings
-    # (that share goes through its NIC); the rest of its traffic goes over its scale-up port
-    ring_bw = max(
-        float(fabric.nic_time_us(1.0)) / g if inter else 0.0,
-        float(fabric.scaleup_time_us(1.0)) * ((g - 1) / g if inter else 1.0) if g > 1 else 0.0,
-    )
-    ring_t = ring_lat + 2 * (p - 1) / p * n * ring_bw + fabric.reduce_time_us((p - 1) / p * n)
-    depth = math.ceil(math.log2(nodes)) if inter else 0
-    tree_lat = 2 * ((g - 1) * fabric.scaleup_us + depth * (fabric.nic_us + fabric.msg_us))
-    tree_bw = max(
-        2 * float(fabric.nic_time_us(1.0)) / g if inter else 0.0,
-        2 * float(fabric.scaleup_time_us(1.0)) if g > 1 else 0.0,
-    )
-    tree_t = tree_lat + n * tree_bw + fabric.reduce_time_us(n)
     if p == 1:
-        algo, t = "none", 0.0
-    elif ring_t <= tree_t or not inter:
-        algo, t = "ring", ring_t
+        return Prediction("nccl", np.zeros(1), 0.0, {"algo": "none", "proto": "none"})
+    if nodes > 1:
+        bus = min(g * fabric.nic_GBps, fabric.scaleup_GBps if g > 1 else math.inf)
     else:
-        algo, t = "tree", tree_t
-    info = {"algo": algo, "ring_us": fabric.stage_us + ring_t, "tree_us": fabric.stage_us + tree_t}
-    return Prediction(
-        "nccl", np.full(p, fabric.stage_us + t), lower_bound_us(n, nodes, fabric), info
-    )
+        bus = fabric.scaleup_GBps
+    algo, proto, est = nccl_table.choose(n, nodes, g, bus, fabric.nccl_ll128)
+    hops = nccl_table.network_steps(nodes, algo)
+    proxy = hops * (2 * fabric.proxy_us + fabric.nic_us) if fabric.proxy_us else 0.0
+    share = nccl_table.channels_used(n, p, nccl_table.channels(g), algo, proto)
+    lat, full_bw = nccl_table.estimate_terms(n, nodes, g, bus, algo, proto)  # all channels
+    t = lat + full_bw / share + proxy
+    info = {
+        "algo": algo,
+        "proto": proto,
+        "nccl_estimate_us": est[f"{algo}/{proto}"],
+        "channel_share": share,
+        "proxy_us": proxy,
+        "network_steps": hops,
+        "estimates_us": est,
+    }
+    return Prediction("nccl", np.full(p, t), lower_bound_us(n, nodes, fabric), info)
 
 
 def predict(algorithm: str, n: int, nodes: int, fabric: Fabric) -> Prediction:

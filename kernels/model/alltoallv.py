@@ -20,10 +20,20 @@ copy and costs nothing. The steps are those of the executors in ``fast.md``:
   docs/cost-model.md).
 * ``balance_only``: balancing, then every rail transfer at once (incast up to S - 1
   senders per NIC), then all redistribution.
+* ``pxn`` (NCCL's PXN-like fan-out): bytes for GPU j of another server first move over
+  scale-up to GPU j of the sender's server, which sends them over rail j; ``deepep``
+  (DeepEP-like dispatch): bytes go over the sender's own rail to the same-index GPU of the
+  destination server, which forwards them over scale-up. Both are rail-aligned fan-outs
+  (up to S - 1 senders per NIC) whose two hops are chunk-pipelined: one step holding both
+  hops' flows. Intra-server traffic goes directly.
+
+:func:`call_overhead_us` is what a FAST call costs before its first step: the all-gather
+of the traffic matrix and the schedule's synthesis.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -119,6 +129,98 @@ def fanout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     )
     info.update(steps=1, max_incast=int(senders.max()) if p else 0)
     return Prediction("fanout", finish, lb, info)
+
+
+def _two_hop(name: str, traffic: np.ndarray, fabric: Fabric, relay_at_sender: bool):
+    """Rail-aligned fan-out through a relay GPU (see the module docstring)."""
+    d, lb, info = _bounds(traffic, fabric)
+    p = d.shape[0]
+    g = fabric.gpus_per_node
+    s = p // g
+    blocks = d.reshape(s, g, s, g)  # [src server, src local, dst server, dst local]
+    cross = ~np.eye(s, dtype=bool)[:, None, :, None]
+    remote = np.where(cross, blocks, 0)
+    servers, local = np.arange(s), np.arange(g)
+    if relay_at_sender:  # PXN: (s,i) -> (s,j) over scale-up, then (s,j) -> (t,j)
+        up = remote.sum(axis=2)  # [s, i, j]
+        up_src = servers[:, None, None] * g + local[None, :, None]
+        up_dst = servers[:, None, None] * g + local[None, None, :]
+        net = remote.sum(axis=1)  # [s, t, j]
+        net_src = servers[:, None, None] * g + local[None, None, :]
+        net_dst = servers[None, :, None] * g + local[None, None, :]
+    else:  # DeepEP: (s,i) -> (t,i) over rail i, then (t,i) -> (t,j) over scale-up
+        net = remote.sum(axis=3)  # [s, i, t]
+        net_src = servers[:, None, None] * g + local[None, :, None]
+        net_dst = servers[None, None, :] * g + local[None, :, None]
+        up = remote.sum(axis=0)  # [i, t, j]
+        up_src = servers[None, :, None] * g + local[:, None, None]
+        up_dst = servers[None, :, None] * g + local[None, None, :]
+    intra = np.where(~cross, blocks, 0)
+    sv, iv, tv, jv = np.nonzero(intra)
+    up_src, up_dst = (np.broadcast_to(a, up.shape).ravel() for a in (up_src, up_dst))
+    net_src, net_dst = (np.broadcast_to(a, net.shape).ravel() for a in (net_src, net_dst))
+    net = net.ravel()
+    src = np.concatenate((up_src, net_src, sv * g + iv))
+    dst = np.concatenate((up_dst, net_dst, tv * g + jv))
+    nb = np.concatenate((up.ravel(), net, intra[sv, iv, tv, jv]))
+    finish = step_finish(fabric, np.zeros(p), src, dst, nb)
+    net_pairs = (net > 0) & (net_src // g != net_dst // g)
+    senders = np.bincount(net_dst[net_pairs], minlength=p)
+    info.update(steps=1, max_incast=int(senders.max()) if p else 0)
+    return Prediction(name, finish, lb, info)
+
+
+def pxn(traffic: np.ndarray, fabric: Fabric) -> Prediction:
+    """PXN-like fan-out: forward over scale-up to the destination's rail, then send."""
+    return _two_hop("pxn", traffic, fabric, relay_at_sender=True)
+
+
+def deepep(traffic: np.ndarray, fabric: Fabric) -> Prediction:
+    """DeepEP-like dispatch: send over the own rail, then forward over scale-up."""
+    return _two_hop("deepep", traffic, fabric, relay_at_sender=False)
+
+
+#: FAST schedule synthesis plus one rank's plan (what a rank computes per call), µs, by
+#: GPU count (8 per server, ``zipf:0.8``): ``python -m suite.benchmarks.scheduler`` on the
+#: shared 2-core development machine, 2026-11-30. Measured once and kept here so the
+#: model's predictions do not move with the machine's load.
+SYNTHESIS_US = {16: 16.0, 64: 39.0, 128: 147.0, 320: 1360.0, 1024: 24580.0}
+
+
+def synthesis_us(nranks: int) -> float:
+    """Per-call schedule synthesis at ``nranks`` GPUs: :data:`SYNTHESIS_US` interpolated
+    (and extrapolated) on log-log axes."""
+    ps = np.log(np.array(sorted(SYNTHESIS_US), dtype=float))
+    ts = np.log(np.array([SYNTHESIS_US[k] for k in sorted(SYNTHESIS_US)]))
+    x = math.log(max(int(nranks), 2))
+    i = int(np.clip(np.searchsorted(ps, x) - 1, 0, len(ps) - 2))
+    slope = (ts[i + 1] - ts[i]) / (ps[i + 1] - ps[i])
+    return float(math.exp(ts[i] + slope * (x - ps[i])))
+
+
+def call_overhead_us(nranks: int, fabric: Fabric, synthesis_us: float) -> dict:
+    """What one FAST call costs before its first step, in µs.
+
+    ``allgather_us``: every rank's row of the traffic matrix (P int64 counts) to every
+    rank by recursive doubling: ⌈log2 P⌉ messages of latency (``nic_us + msg_us`` once the
+    job spans nodes) and (P - 1) rows through one NIC; ``synthesis_us``: the schedule's
+    synthesis (the caller's, measured); ``call_us``: their sum.
+    """
+    p = int(nranks)
+    if p <= 1:
+        return {"allgather_us": 0.0, "synthesis_us": float(synthesis_us),
+                "call_us": float(synthesis_us)}  # fmt: skip
+    steps = math.ceil(math.log2(p))
+    spans = p > fabric.gpus_per_node
+    alpha = (fabric.nic_us + fabric.msg_us) if spans else fabric.scaleup_us
+    rows = (p - 1) * p * 8
+    move = fabric.nic_time_us(rows) if spans else fabric.scaleup_time_us(rows)
+    gather = steps * alpha + float(move)
+    return {
+        "allgather_us": gather,
+        "synthesis_us": float(synthesis_us),
+        "call_us": gather + float(synthesis_us),
+    }
 
 
 def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:

@@ -13,7 +13,11 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   two ports needs to drain everything it carries in that step (each port serves its flows
   in proportion to their bytes, so all flows of a port end together): a port that sends
   ``S`` bytes needs ``S / B``, a NIC that receives ``R`` bytes from ``k`` concurrent senders
-  needs ``R / (B * eff(k))`` with ``eff(k) = 1 / (1 + incast * (k - 1))`` (incast).
+  needs ``R / B * (1 + incast * (k - 1) * over)`` (incast), where ``over`` is the share
+  of the bytes queued at the switch, ``R (k - 1) / k``, that do not fit in the port's
+  buffer ``switch_buffer_MB`` (all of them when it is 0). A lossless fabric (PFC with
+  congestion control) pauses senders and has a small ``incast``; a lossy one drops and
+  retransmits and has a large one: the profile holds both and names the default.
 * On scale-up, ``scaleup_GBps`` is each GPU's port (all its links together) and its flows
   share it like a NIC's (without incast loss); a flow is also capped by the link to its
   peer, ``scaleup_peer_GBps`` (equal to the port behind NVSwitch; one xGMI link of seven
@@ -42,6 +46,13 @@ class Fabric:
     ``scaleup_GBps``, ``scaleup_peer_GBps`` (default: ``scaleup_GBps``) and
     ``reduce_GBps`` may be ``math.inf`` (free); ``nic_GBps`` must be finite. All must be
     positive. Latencies and costs must be finite and non-negative.
+
+    ``proxy_us``: one pass through the host proxy thread that drives a network step of
+    NCCL/RCCL; ``put_us``: one NVSHMEM put through its transport (a CPU proxy with
+    libfabric, ~0 with IBGDA); ``switch_buffer_MB``: the switch buffer one receiving port
+    can fill before incast costs anything (0: incast costs from the first byte);
+    ``nccl_ll128``: NCCL may use its LL128 protocol (only where the GPU-NIC path is a PCIe
+    switch or closer, ``tuning.cc``).
     """
 
     gpus_per_node: int
@@ -54,11 +65,17 @@ class Fabric:
     incast: float = 0.0
     scaleup_peer_GBps: float | None = None
     reduce_GBps: float = math.inf
+    proxy_us: float = 0.0
+    put_us: float = 0.0
+    switch_buffer_MB: float = 0.0
+    nccl_ll128: bool = True
 
     def __post_init__(self) -> None:
         g = self.gpus_per_node
         if isinstance(g, bool) or not isinstance(g, int | np.integer) or g < 1:
             raise ValueError(f"fabric: gpus_per_node must be an integer >= 1 (got {g!r})")
+        if not isinstance(self.nccl_ll128, bool):
+            raise ValueError(f"fabric: nccl_ll128 must be true or false (got {self.nccl_ll128!r})")
         if self.scaleup_peer_GBps is None:
             object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
         for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps"):
@@ -68,7 +85,16 @@ class Fabric:
                     f"fabric: {name} must be a positive bandwidth in GB/s (got {v!r}); "
                     "fix the system profile or the command-line override"
                 )
-        for name in ("nic_us", "scaleup_us", "stage_us", "msg_us", "incast"):
+        for name in (
+            "nic_us",
+            "scaleup_us",
+            "stage_us",
+            "msg_us",
+            "incast",
+            "proxy_us",
+            "put_us",
+            "switch_buffer_MB",
+        ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
@@ -153,6 +179,17 @@ def step_finish(
     return finish
 
 
+def _overflow(fabric: Fabric, received: np.ndarray, senders: np.ndarray) -> np.ndarray:
+    """Share of the bytes queued at a receiving port (``R (k-1)/k``) beyond its buffer."""
+    buffer = fabric.switch_buffer_MB * 1e6
+    if buffer <= 0:
+        return np.ones_like(received)
+    queued = received * np.maximum(senders - 1, 0) / np.maximum(senders, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(queued > buffer, (queued - buffer) / queued, 0.0)
+    return share
+
+
 def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> None:
     """Flows of one tier: update ``finish`` in place with their end times."""
     if nic:
@@ -164,7 +201,8 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
     t_in = np.bincount(dst, nb, p) / rate
     if incast:
         senders = np.bincount(dst, minlength=p)
-        t_in = t_in * (1.0 + incast * np.maximum(senders - 1, 0))
+        extra = np.maximum(senders - 1, 0)
+        t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))

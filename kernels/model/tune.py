@@ -21,6 +21,7 @@ with both, larger stages pay - so a descent one option at a time stops short of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,12 +127,14 @@ def tune_fast(
     unit: int = 1,
     fixed: dict | None = None,
     candidates: list[dict] | None = None,
+    progress: Callable[[int, float], None] | None = None,
 ) -> Tuned:
     """Schedule ``traffic`` with every candidate option set (default:
     :func:`candidate_options`), model each with :func:`kernels.model.alltoallv.fast`, and
     return the fastest (the first, i.e. the default, on ties). Without ``candidates``, a
     coordinate descent along :func:`descent_axes` follows from the fastest of them (never
-    varying a key of ``fixed``); its rows follow the first round's in ``candidates``."""
+    varying a key of ``fixed``); its rows follow the first round's in ``candidates``.
+    ``progress(evaluated, best_time_over_lb)`` is called after every candidate."""
     import kernels.fast
 
     if gpus_per_node != fabric.gpus_per_node:
@@ -164,6 +167,8 @@ def tune_fast(
             first = (opts, tr, pred.time_us)
         if best is None or pred.time_us < best[3].time_us:
             best = (opts, sched, tr, pred)
+        if progress is not None:
+            progress(len(table), best[3].time_over_lb)
 
     for opts in cands:
         run(opts)

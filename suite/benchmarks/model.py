@@ -213,50 +213,12 @@ def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -
 
 
 def calibration() -> None:
-    """The model next to the papers' numbers in results/reference/ (never our measurement)."""
-    import pandas as pd
+    """The model next to the papers' numbers (reference, never our measurement): the
+    NVRAR rows of ``docs/model-validation.md`` (``python -m suite.model_validation``
+    prints all of it)."""
+    from suite.model_validation import nvrar_rows
 
-    from kernels.model import allreduce as ar
-    from suite.jobs import ROOT
-
-    ref = pd.read_csv(ROOT / "results" / "reference" / "nvrar.csv")
-    lat = ref[(ref.quantity == "latency_us") & (ref.impl == "nvrar")]
-    print("## Calibration: modelled perlmutter, 4 nodes x 4 A100, bf16, next to the NVRAR "
-          "paper (reference, not measured here)")  # fmt: skip
-    print("| size | paper NVRAR (µs) | model NVRAR (µs) | model NCCL-like / NVRAR, msg_us = "
-          "0 · 5 · 10 · 20 |")  # fmt: skip
-    print("|---|---|---|---|")
-    fabrics = {m: fabric_from_profile("perlmutter", msg_us=m) for m in (0.0, 5.0, 10.0, 20.0)}
-    for size in (8192, 65536, 131072, 262144, 524288, 1 << 20, 2 << 20):
-        paper = lat[lat.size_min == size].value
-        nv = {m: ar.nvrar(size, 4, f).time_us for m, f in fabrics.items()}
-        ratios = " · ".join(
-            f"{ar.nccl(size, 4, f).time_us / nv[m]:.2f}" for m, f in fabrics.items()
-        )
-        paper_s = f"{paper.iloc[0]:.0f}" if len(paper) else "-"
-        print(f"| {size >> 10} KiB | {paper_s} | {nv[0.0]:.0f} | {ratios} |")
-    print("(paper: NVRAR 1.9-3.6x faster than NCCL at 128 KiB-2 MiB)\n")
-
-    fast_ref = pd.read_csv(ROOT / "results" / "reference" / "fast.csv")
-    zipf = fast_ref[(fast_ref.system == "mi300x") & (fast_ref.workload == "zipf:0.8")]
-    band = {r.impl: (r.low, r.high, r.value) for r in zipf.itertuples()}
-    print("## Calibration: modelled mi300x, 4 x 8 GPUs, zipf:0.8, 256 MiB per GPU, the "
-          "paper's algbw (mean bytes per GPU / time, GB/s) by incast loss, next to its ranges")  # fmt: skip
-    d = generate(WORKLOAD, 32, 256 * MiB, seed=SEED)
-    metric = d.sum() / d.shape[0]
-    print("| incast | fast | fanout | spreadout |")
-    print("|---|---|---|---|")
-    for loss in (0.0, 0.05, 0.1, 0.2):
-        f = fabric_from_profile("mi300x", incast=loss)
-        tr = _schedule(d, f, {"cost": True}).transfers()
-        bw = [metric / p.time_us / 1e3 for p in (a2a.fast(d, tr, f), a2a.fanout(d, f),
-                                                  a2a.spreadout(d, f))]  # fmt: skip
-        print(f"| {loss:g} | " + " | ".join(f"{v:.1f}" for v in bw) + " |")
-    paper = " | ".join(
-        "-".join(f"{v:g}" for v in band[i] if v == v) if i in band else "-"
-        for i in ("fast", "fanout", "spreadout")
-    )
-    print(f"| paper | {paper} |\n")
+    print("\n".join(nvrar_rows()) + "\n")
 
 
 def _gmean(values: list[float]) -> float:

@@ -1,0 +1,42 @@
+"""docs/model-validation.md is what the model gives now, and every profile constant has
+a source of a known kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite import model_validation
+from suite.jobs import FABRIC_OPTIONAL, load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_KINDS = ("spec:", "published:", "measured:", "estimate:")
+
+
+def test_committed_validation_table_matches_the_model():
+    doc = ROOT / "docs" / "model-validation.md"
+    assert doc.read_text() == model_validation.render(), (
+        "docs/model-validation.md is out of date: "
+        "python -m suite.model_validation --out docs/model-validation.md"
+    )
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted((ROOT / "jobs/systems").glob("*.toml"))])
+def test_every_fabric_constant_names_its_source(name):
+    fab = load_profile(name).fabric
+    required = ["scaleup_GBps", "scaleup_peer_GBps", "scaleup_latency_us", "scaleout_GBps",
+                "scaleout_latency_us", "nics_per_node", "stage_cost_us"]  # fmt: skip
+    required += [k for k in (*FABRIC_OPTIONAL, "flow_control", "nccl_ll128")
+                 if getattr(fab, k) is not None]  # fmt: skip
+    for key in required:
+        source = fab.sources.get(key, "")
+        assert source.startswith(SOURCE_KINDS), f"{name}: [fabric.sources] {key} = {source!r}"
+
+
+def test_check_flags_a_stale_copy(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(model_validation, "render", lambda: "new\n")
+    stale = tmp_path / "v.md"
+    stale.write_text("old\n")
+    assert model_validation.main(["--check", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
