@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from suite.cluster import netns
 from suite.cluster.plan import MGMT_NET, ClusterSpec, enter_command
 from suite.errors import UsageError
 
+#: which emulated cluster ``--system local-cluster`` jobs go to (default: ``cb``)
+PREFIX_ENV = "COMMBENCH_CLUSTER_PREFIX"
 SLURM_DIR = "slurm"
 MUNGE_KEY = Path("/etc/munge/munge.key")
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
@@ -83,6 +86,13 @@ class SlurmPaths:
     def slurmd(self, hostname: str) -> Daemon:
         d = self.node_dir(hostname)
         return Daemon("slurmd", f"slurmd on {hostname}", d / "slurmd.pid", d / "slurmd.log")
+
+
+def cluster_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The state dir of the cluster ``$COMMBENCH_CLUSTER_PREFIX`` (default ``cb``)."""
+    from suite.cluster.cli import DEFAULT_PREFIX
+
+    return netns.state_dir(environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
 
 
 def paths_for(folder: Path) -> SlurmPaths:
