@@ -405,11 +405,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         client = _status_client(system)
         if client is not None:
             queue.update(queue_states(ids, client))
-    print(f"{'system':11s} {'run id':44s} {'job':>8s} {'slurm':12s} sentinel")
+    print(f"{'system':13s} {'run id':44s} {'job':>8s} {'slurm':12s} sentinel")
     for s in states:
         slurm = queue.get(s.job_id or "", "-" if not s.job_id else "left queue")
         sentinel = s.sentinel or "none"
-        print(f"{s.system:11s} {s.run_id:44s} {s.job_id or '-':>8s} {slurm:12s} {sentinel}")
+        print(f"{s.system:13s} {s.run_id:44s} {s.job_id or '-':>8s} {slurm:12s} {sentinel}")
         if args.run:
             print(f"  directory {s.run_dir}")
             print("  files     " + " ".join(sorted(p.name for p in s.run_dir.iterdir())))

@@ -92,7 +92,8 @@ def cluster_folder(environ: Mapping[str, str] = os.environ) -> Path:
     """The state dir of the cluster ``$COMMBENCH_CLUSTER_PREFIX`` (default ``cb``)."""
     from suite.cluster.cli import DEFAULT_PREFIX
 
-    return netns.state_dir(environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
+    prefix = environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    return Path(environ.get(netns.STATE_ENV) or netns.STATE_ROOT / prefix)
 
 
 def paths_for(folder: Path) -> SlurmPaths:

@@ -42,7 +42,8 @@ trap 'failures+=("terminated by SIGTERM (time limit or scancel)"); exit 143' TER
 mkdir -p "$RUN_DIR/logs" && cd "$RUN_DIR" || exit 1
 rm -f ready error
 
-# Open MPI's mpirun inside the allocation: tasks-per-node ranks on every node.
+# Open MPI's mpirun inside the allocation: tasks-per-node ranks on every node
+# (each through the profile's rank wrapper, if it has one).
 launch() {
     mpirun --bind-to none -n 32 --map-by ppr:8:node "$@"
 }
@@ -55,7 +56,9 @@ run_step() {
     launch "$@" 2>&1 | tee "logs/$name.log"
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
-        failures+=("$name: exit status $rc (logs/$name.log)")
+        local where
+        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 8 2>/dev/null)
+        failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
 }
 

@@ -57,7 +57,9 @@ run_step() {
     launch "$@" 2>&1 | tee "logs/$name.log"
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
-        failures+=("$name: exit status $rc (logs/$name.log)")
+        local where
+        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 4 2>/dev/null)
+        failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
 }
 
