@@ -2,8 +2,9 @@
 
 A batch script calls ``python -m suite.joblog LOG TASKS_PER_NODE`` after a step fails
 and puts what it prints into the ``error`` sentinel. The log names the place in one of
-three ways, tried in order: commbench's own error line (``commbench run: rank R on
-HOST: ...``), srun's (``srun: error: HOST: task R: Exited ...``), or Open MPI's
+four ways, tried in order: commbench's own error line (``commbench run: rank R on
+HOST: ...``), the rank wrapper's (``commbench rank R on HOST: exit status S``,
+jobs/rank-status.sh), srun's (``srun: error: HOST: task R: Exited ...``), or Open MPI's
 (``Process name: [prterun-...@1,R]``: rank R only; the node then comes from the job's
 node list, ``scontrol show hostnames``, filled ``TASKS_PER_NODE`` ranks per node).
 """
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-_COMMBENCH = re.compile(r"commbench run: rank (\d+) on (\S+?):")
+_COMMBENCH = re.compile(r"commbench (?:run: )?rank (\d+) on (\S+?):")
 _SRUN = re.compile(r"srun: error: (\S+?): tasks? (\d+)")
 _PRTE = re.compile(r"Process name: \[[^\]]*,(\d+)\]")
 
