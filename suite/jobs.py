@@ -20,8 +20,8 @@ shell code by definition) pass through as they are.
 from __future__ import annotations
 
 import dataclasses
-import os
 import datetime as _dt
+import os
 import re
 import secrets
 import shlex

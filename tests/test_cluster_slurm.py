@@ -55,7 +55,9 @@ def cluster():
         yield spec
     finally:
         paths = slurm.paths_for(FOLDER)
+        down = commbench("cluster", "down", "--prefix", PREFIX)  # stops its Slurm too
         _teardown()
+        assert down.returncode == 0 and "stopped: slurmd on cbj-n0" in down.stdout, down
         assert not [d.label for d in slurm.daemons(spec, paths) if slurm.alive(d)]
         assert not netns.namespaces_with_prefix(PREFIX)
 

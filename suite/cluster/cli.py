@@ -152,7 +152,13 @@ def cmd_up(args) -> int:
 
 
 def cmd_down(args) -> int:
-    removed = netns.down(args.prefix, _folder(args))
+    from suite.cluster import slurm
+
+    folder = _folder(args)
+    stopped = slurm.remove(folder)  # its Slurm first: munged runs outside the namespaces
+    if stopped:
+        print(f"stopped: {', '.join(stopped)}")
+    removed = netns.down(args.prefix, folder)
     print(f"removed {len(removed)} namespaces: {' '.join(removed) or '(none)'}")
     return 0
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.cluster import netns
-from suite.cluster.plan import MGMT_NET, ClusterSpec, enter_command
+from suite.cluster.plan import ClusterSpec, enter_command
 from suite.errors import UsageError
 
 #: which emulated cluster ``--system local-cluster`` jobs go to (default: ``cb``)
@@ -81,7 +81,9 @@ class SlurmPaths:
         return Daemon("munged", "munged", d / "munged.pid", d / "munged.log")
 
     def slurmctld(self) -> Daemon:
-        return Daemon("slurmctld", "slurmctld", self.root / "slurmctld.pid", self.root / "slurmctld.log")
+        return Daemon(
+            "slurmctld", "slurmctld", self.root / "slurmctld.pid", self.root / "slurmctld.log"
+        )
 
     def slurmd(self, hostname: str) -> Daemon:
         d = self.node_dir(hostname)
@@ -232,9 +234,7 @@ def stop_daemon(daemon: Daemon, grace_s: float = 10) -> bool:
 def preflight() -> None:
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
     if missing:
-        raise SlurmError(
-            f"missing {', '.join(missing)}: apt-get install slurm-wlm munge (Debian)"
-        )
+        raise SlurmError(f"missing {', '.join(missing)}: apt-get install slurm-wlm munge (Debian)")
     if os.geteuid() != 0:
         raise SlurmError("the cluster's Slurm needs root (slurmd runs as root): run as root")
 
@@ -243,7 +243,9 @@ def cluster_up(folder: Path) -> ClusterSpec:
     """The cluster's spec; one line when it is not up."""
     state = netns.load_state(folder)
     if state.get("status") != "up":
-        raise UsageError(f"the emulated cluster in {folder} is not up: run `commbench cluster down`")
+        raise UsageError(
+            f"the emulated cluster in {folder} is not up: run `commbench cluster down`"
+        )
     spec = netns.load_spec(folder)
     live = set(netns.namespaces_with_prefix(spec.prefix))
     gone = [ns for ns in spec.namespaces() if ns not in live]
@@ -257,7 +259,11 @@ def cluster_up(folder: Path) -> ClusterSpec:
 
 def daemons(spec: ClusterSpec, paths: SlurmPaths) -> list[Daemon]:
     """In start order."""
-    return [paths.munged(), paths.slurmctld(), *(paths.slurmd(n.hostname) for n in spec.all_nodes())]
+    return [
+        paths.munged(),
+        paths.slurmctld(),
+        *(paths.slurmd(n.hostname) for n in spec.all_nodes()),
+    ]
 
 
 def start(folder: Path, timeout: float = 60) -> str:
@@ -275,7 +281,11 @@ def start(folder: Path, timeout: float = 60) -> str:
 
 
 def _start(spec: ClusterSpec, paths: SlurmPaths, timeout: float) -> None:
-    for d in (paths.munge_dir, paths.ctld_state, *(paths.node_dir(n.hostname) for n in spec.all_nodes())):
+    for d in (
+        paths.munge_dir,
+        paths.ctld_state,
+        *(paths.node_dir(n.hostname) for n in spec.all_nodes()),
+    ):
         d.mkdir(parents=True, exist_ok=True)
     tmp = paths.conf.with_suffix(".tmp")
     tmp.write_text(slurm_conf(spec, paths))
@@ -339,7 +349,9 @@ def _wait_idle(spec: ClusterSpec, paths: SlurmPaths, timeout: float) -> None:
     for node in spec.all_nodes():
         state = states.get(node.hostname, "unknown")
         if state.rstrip("*") not in ("idle", "mixed", "allocated"):
-            raise failed(paths.slurmd(node.hostname), f"left {node.hostname} {state} after {timeout:g} s")
+            raise failed(
+                paths.slurmd(node.hostname), f"left {node.hostname} {state} after {timeout:g} s"
+            )
     raise failed(paths.slurmctld(), f"did not answer sinfo in {timeout:g} s")
 
 
@@ -349,6 +361,13 @@ def stop(folder: Path) -> list[str]:
     nodes = sorted(p.name for p in (paths.root / "nodes").glob("*") if p.is_dir())
     order = [*(paths.slurmd(h) for h in nodes), paths.slurmctld(), paths.munged()]
     return [d.label for d in order if stop_daemon(d)]
+
+
+def remove(folder: Path) -> list[str]:
+    """Stop the daemons and delete ``STATE/slurm`` (config, spool, logs), for ``down``."""
+    stopped = stop(folder)
+    shutil.rmtree(paths_for(folder).root, ignore_errors=True)
+    return stopped
 
 
 def check_running(folder: Path) -> ClusterSpec:
@@ -363,7 +382,8 @@ def check_running(folder: Path) -> ClusterSpec:
     for d in daemons(spec, paths):
         if not alive(d):
             raise failed(
-                d, f"is not running (restart with `commbench cluster slurm start --prefix {spec.prefix}`)"
+                d,
+                f"is not running (restart with `commbench cluster slurm start --prefix {spec.prefix}`)",
             )
     return spec
 
@@ -385,8 +405,3 @@ def status(folder: Path) -> tuple[bool, str]:
             )  # fmt: skip
             lines.append((done.stdout or done.stderr).rstrip())
     return ok, "\n".join(lines)
-
-
-def mgmt_subnet() -> str:
-    """The management network (launcher daemons), in the CIDR form Open MPI takes."""
-    return f"{MGMT_NET}.0/24"
