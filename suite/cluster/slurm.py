@@ -189,15 +189,18 @@ def failed(daemon: Daemon, what: str) -> SlurmError:
     return SlurmError(f"{daemon.label} {what}; last lines of {daemon.log}: {log_tail(daemon)}")
 
 
-def _spawn(argv: list[str], env: dict[str, str] | None = None) -> None:
-    """Start a daemon that forks into the background; its launcher must exit at once."""
+def _spawn(daemon: Daemon, argv: list[str], env: dict[str, str] | None = None) -> None:
+    """Start a daemon that forks into the background (its launcher exits at once) and
+    wait for its pid file; a failure names the daemon, with its log's last lines."""
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"`{' '.join(argv)}` did not return in 30 s") from None
+        raise failed(daemon, "did not go to the background in 30 s") from None
     if done.returncode:
         why = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmError(f"`{' '.join(argv)}` failed: {why[-1] if why else done.returncode}")
+        said = f": {why[-1]}" if why else ""
+        raise failed(daemon, f"did not start (exit status {done.returncode}{said})")
+    _wait_pid(daemon)
 
 
 def _wait_pid(daemon: Daemon, timeout: float = 10) -> int:
@@ -294,13 +297,12 @@ def _start(spec: ClusterSpec, paths: SlurmPaths, timeout: float) -> None:
     env = dict(os.environ, SLURM_CONF=str(paths.conf))
     node0 = spec.node(0)
     if not alive(paths.slurmctld()):
-        _spawn(enter_command(node0, ["slurmctld", "-f", str(paths.conf)]), env)
-        _wait_pid(paths.slurmctld())
+        _spawn(paths.slurmctld(), enter_command(node0, ["slurmctld", "-f", str(paths.conf)]), env)
     for node in spec.all_nodes():
         d = paths.slurmd(node.hostname)
         if not alive(d):
-            _spawn(enter_command(node, ["slurmd", "-f", str(paths.conf), "-N", node.hostname]), env)
-            _wait_pid(d)
+            argv = ["slurmd", "-f", str(paths.conf), "-N", node.hostname]
+            _spawn(d, enter_command(node, argv), env)
     _wait_idle(spec, paths, timeout)
 
 
@@ -309,17 +311,18 @@ def _start_munged(paths: SlurmPaths) -> None:
     if alive(daemon):
         return
     if not MUNGE_KEY.is_file() or MUNGE_KEY.stat().st_size == 0:
-        _spawn(["mungekey", "--create", f"--keyfile={MUNGE_KEY}"])
+        done = subprocess.run(["mungekey", "--create", f"--keyfile={MUNGE_KEY}"], timeout=30)
+        if done.returncode:
+            raise SlurmError(f"could not create {MUNGE_KEY} (mungekey: exit {done.returncode})")
         shutil.chown(MUNGE_KEY, "munge", "munge")
         MUNGE_KEY.chmod(0o400)
     shutil.chown(paths.munge_dir, "munge", "munge")
     paths.munge_dir.chmod(0o755)
-    _spawn([
+    _spawn(daemon, [
         "runuser", "-u", "munge", "--", "munged", f"--socket={paths.munge_socket}",
         f"--pid-file={daemon.pid_file}", f"--log-file={daemon.log}",
         f"--seed-file={paths.munge_dir / 'munged.seed'}", f"--key-file={MUNGE_KEY}",
     ])  # fmt: skip
-    _wait_pid(daemon)
 
 
 def node_states(spec: ClusterSpec, folder: Path) -> dict[str, str]:

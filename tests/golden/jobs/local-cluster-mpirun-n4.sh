@@ -99,7 +99,7 @@ printf '%s\n' 'alltoallv fast: not registered' >skipped.txt
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
-run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cpu --gpus-per-node 2 -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 02-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 03-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 04-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 02-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 03-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 04-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
