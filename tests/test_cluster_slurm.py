@@ -168,17 +168,23 @@ def test_dead_slurmd_is_named_then_start_recovers(cluster, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     status = commbench("cluster", "slurm", "status", "--prefix", PREFIX)
     assert status.returncode == 1 and "slurmd on cbj-n1: not running" in status.stdout
-    # A start that fails (node 1's spool dir cannot be made) names the daemon and its
-    # log, and stops everything it runs; once fixed, start brings it all back.
-    spool = paths.node_dir("cbj-n1") / "spool"
-    moved = spool.with_name("spool.moved")
-    spool.rename(moved)
-    spool.write_text("not a directory\n")
+    # A start that fails (node 1's slurmd port is taken) names the daemon with its log,
+    # and stops everything it runs; once the port is free, start brings it all back.
+    hold = (
+        "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
+        "socket.SO_REUSEADDR, 1); s.bind(('', 6818)); s.listen(); print(1, flush=True); "
+        "sys.stdin.read()"
+    )
+    blocker = subprocess.Popen(
+        ["ip", "netns", "exec", "cbj-n1", sys.executable, "-c", hold],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
+        assert blocker.stdout.readline().strip() == "1"
         broken = commbench("cluster", "slurm", "start", "--prefix", PREFIX, timeout=90)
     finally:
-        spool.unlink()
-        moved.rename(spool)
+        blocker.kill()
+        blocker.wait()
     assert broken.returncode == 2 and len(broken.stderr.strip().splitlines()) == 1
     assert "slurmd on cbj-n1" in broken.stderr and "slurmd.log" in broken.stderr
     assert not [d.label for d in slurm.daemons(cluster, paths) if slurm.alive(d)]
