@@ -36,6 +36,8 @@ PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scanc
 #: CPUs each node advertises: ranks oversubscribe the machine's cores on purpose
 NODE_CPUS = 16
 CLIENT_TIMEOUT_S = 30
+#: node states in which a node takes jobs
+READY = ("idle", "mixed", "allocated")
 LOG_LINES = 5
 
 
@@ -344,14 +346,19 @@ def _wait_idle(spec: ClusterSpec, paths: SlurmPaths, timeout: float) -> None:
             if not alive(d):
                 raise failed(d, "died")
         states = node_states(spec, paths.root.parent)
-        if len(states) == spec.nodes and all(
-            s.rstrip("*") in ("idle", "mixed", "allocated") for s in states.values()
-        ):
+        if len(states) == spec.nodes and all(s.rstrip("*") in READY for s in states.values()):
             return
+        for host, state in states.items():  # left down by an earlier run: its slurmd is back
+            if state.startswith(("down", "drain", "fail")):
+                resume = ["scontrol", "update", f"NodeName={host}", "State=RESUME"]
+                subprocess.run(
+                    client_command(spec, paths.root.parent, resume),
+                    capture_output=True, timeout=CLIENT_TIMEOUT_S,
+                )  # fmt: skip
         time.sleep(0.5)
     for node in spec.all_nodes():
         state = states.get(node.hostname, "unknown")
-        if state.rstrip("*") not in ("idle", "mixed", "allocated"):
+        if state.rstrip("*") not in READY:
             raise failed(
                 paths.slurmd(node.hostname), f"left {node.hostname} {state} after {timeout:g} s"
             )
