@@ -31,7 +31,7 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export MPIEXEC
 
 .PHONY: install run test bench gpu-wheels gpu-check figures report slurm jobs lint clean \
-	cluster-up cluster-run cluster-down cluster-bench
+	cluster-up cluster-run cluster-down cluster-bench cluster-slurm cluster-jobs
 
 install: $(VENV)/.installed
 
@@ -94,6 +94,18 @@ cluster-down: install
 
 cluster-bench: install
 	$(PY) -m suite.cluster.bench
+
+# A 2-node Slurm on the emulated cluster (root): slurmctld in node 0, one slurmd per node.
+#   `make cluster-down` stops it with the cluster.
+CLUSTER_SLURM_UP ?= --nodes 2 --ranks-per-node 2 --nic 100mbit
+
+cluster-slurm: install
+	$(BIN)/commbench cluster up --prefix $(CLUSTER) $(CLUSTER_SLURM_UP)
+	$(BIN)/commbench cluster slurm start --prefix $(CLUSTER)
+
+cluster-jobs: install
+	COMMBENCH_CLUSTER_PREFIX=$(CLUSTER) $(BIN)/commbench jobs submit --system local-cluster \
+	  --nodes 2 --experiment interconnect
 
 lint: install
 	$(BIN)/ruff check suite kernels analysis tests

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -259,8 +260,8 @@ class Watchdog:
         from mpi4py import MPI
 
         sys.stderr.write(
-            f"commbench run: rank {self.rank}: watchdog: {what} made no progress for "
-            f"{self.seconds:g} s; aborting the job\n"
+            f"commbench run: rank {self.rank} on {socket.gethostname()}: watchdog: {what} "
+            f"made no progress for {self.seconds:g} s; aborting the job\n"
         )
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(3)
@@ -286,7 +287,10 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, SystemExit) and not exc.code:
             raise
         sys.stdout.flush()
-        sys.stderr.write(f"commbench run: rank {rank}: error: {type(exc).__name__}: {exc}\n")
+        host = socket.gethostname()
+        sys.stderr.write(
+            f"commbench run: rank {rank} on {host}: error: {type(exc).__name__}: {exc}\n"
+        )
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
         return 1

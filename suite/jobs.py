@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import os
 import re
 import secrets
 import shlex
@@ -273,6 +274,7 @@ class Launcher:
     name: str
     command: str
     options: tuple[str, ...] = ()
+    wrapper: tuple[str, ...] = ()  # runs each rank: WRAPPER... COMMAND (mpirun only)
 
 
 @dataclass(frozen=True)
@@ -316,6 +318,7 @@ class Profile:
     qos_limits: Mapping[str, Limit]
     fabric: Fabric
     calibration: Calibration | None
+    emulated_cluster: bool = False  # Slurm runs on the emulated cluster (suite.cluster.slurm)
     data: Mapping = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -427,7 +430,9 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         if lname not in LAUNCHERS:
             raise UsageError(f"{launch.where}: unknown launcher {lname!r} ({', '.join(LAUNCHERS)})")
         lt = launch.table(lname)
-        launchers[lname] = Launcher(lname, lt.text("command", lname), lt.strs("options"))
+        launchers[lname] = Launcher(
+            lname, lt.text("command", lname), lt.strs("options"), lt.strs("wrapper")
+        )
         lt.done()
     if default_launcher not in launchers:
         raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
@@ -494,6 +499,7 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         )
         cal.done()
         re.compile(calibration.pattern)
+    emulated_cluster = top.flag("emulated_cluster")
     top.done()
 
     profile = Profile(
@@ -526,6 +532,7 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         qos_limits=qos_limits,
         fabric=fabric,
         calibration=calibration,
+        emulated_cluster=emulated_cluster,
         data=data,
     )
     for opt in extra_sbatch:
@@ -582,12 +589,17 @@ def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profi
     return profile, values
 
 
-def placeholders(repo: Path, bindir: Path) -> dict[str, str]:
-    return {"repo": str(repo), "bin": str(bindir)}
+def placeholders(
+    repo: Path, bindir: Path, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    from suite.cluster.slurm import cluster_folder
+
+    return {"repo": str(repo), "bin": str(bindir), "cluster": str(cluster_folder(environ))}
 
 
 def expand(text: str, places: Mapping[str, str]) -> str:
-    """``{repo}`` (this source tree) and ``{bin}`` (the running Python's bin directory)."""
+    """``{repo}`` (this source tree), ``{bin}`` (the running Python's bin directory) and
+    ``{cluster}`` (the state dir of the emulated cluster ``$COMMBENCH_CLUSTER_PREFIX``)."""
     for name, value in places.items():
         text = text.replace("{" + name + "}", value)
     return text
@@ -1201,6 +1213,7 @@ def render_job(
         "post_run": [Shell(line) for line in profile.post_run],
         "launch_command": expand(spec.command, places),
         "launch_options": list(spec.options),
+        "launch_wrapper": [expand(w, places) for w in spec.wrapper],
         "calibration": calibration,
         "runs": [{"name": r.name, "args": list(r.args)} for r in runs],
         "skipped": skipped,

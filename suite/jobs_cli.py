@@ -286,12 +286,32 @@ def _need(program: str) -> str:
     return found
 
 
+def slurm_client(profile: jobs.Profile, nodes: int = 0) -> list[str]:
+    """The words before a Slurm client command for ``profile``: nothing on a real
+    cluster; on ``local-cluster``, entering the emulated cluster (refused in one line if
+    it, or its Slurm, is not running, or has fewer than ``nodes`` nodes)."""
+    if not profile.emulated_cluster:
+        return []
+    from suite.cluster import slurm
+
+    folder = slurm.cluster_folder()
+    spec = slurm.check_running(folder)
+    if nodes > spec.nodes:
+        raise UsageError(
+            f"{nodes} nodes asked but the emulated cluster {spec.prefix} has {spec.nodes}: "
+            f"ask for at most {spec.nodes}, or `commbench cluster up --nodes {nodes}`"
+        )
+    return slurm.client_command(spec, folder, [])
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     sbatch = _need("sbatch")
+    profile = jobs.load_profile(args.system)
+    client = slurm_client(profile, max(jobs.parse_nodes(args.nodes)))
     rendered = render_jobs(args)
     status = 0
     for job, path in zip(rendered, _write_all(rendered), strict=True):
-        cmd = (
+        cmd = client + (
             [sbatch, "--test-only", str(path)]
             if args.test_only
             else [sbatch, "--parsable", str(path)]
@@ -319,13 +339,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- status
 
 
-def queue_states(job_ids: list[str]) -> dict[str, str]:
-    """job id -> Slurm state, from squeue (live jobs) then sacct (finished, if enabled)."""
+def queue_states(job_ids: list[str], client: list[str] = ()) -> dict[str, str]:
+    """job id -> Slurm state, from squeue (live jobs) then sacct (finished, if enabled);
+    ``client``: the words that reach the Slurm (:func:`slurm_client`)."""
     states: dict[str, str] = {}
     if not job_ids or not shutil.which("squeue"):
         return states
     proc = subprocess.run(
-        ["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)],
+        [*client, "squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)],
         capture_output=True,
         text=True,
     )
@@ -336,7 +357,7 @@ def queue_states(job_ids: list[str]) -> dict[str, str]:
     rest = [j for j in job_ids if j not in states]
     if rest and shutil.which("sacct"):
         proc = subprocess.run(
-            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(rest)],
+            [*client, "sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(rest)],
             capture_output=True,
             text=True,
         )
@@ -358,6 +379,17 @@ def _find_run(results_root: Path, run: str) -> Path:
     return matches[0].parent
 
 
+def _status_client(system: str) -> list[str] | None:
+    """The words that reach the Slurm that ran ``system``'s jobs; None when that is an
+    emulated cluster's Slurm that no longer runs (nothing to ask)."""
+    if system not in jobs.system_names():
+        return []
+    try:
+        return slurm_client(jobs.load_profile(system))
+    except UsageError:
+        return None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     results_root = (args.results or jobs.ROOT / "results").resolve()
     if args.run:
@@ -367,12 +399,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not states:
             print(f"no rendered jobs under {results_root}")
             return 0
-    queue = queue_states([s.job_id for s in states if s.job_id])
-    print(f"{'system':11s} {'run id':44s} {'job':>8s} {'slurm':12s} sentinel")
+    queue: dict[str, str] = {}
+    for system in sorted({s.system for s in states}):
+        ids = [s.job_id for s in states if s.job_id and s.system == system]
+        client = _status_client(system)
+        if client is not None:
+            queue.update(queue_states(ids, client))
+    print(f"{'system':13s} {'run id':44s} {'job':>8s} {'slurm':12s} sentinel")
     for s in states:
         slurm = queue.get(s.job_id or "", "-" if not s.job_id else "left queue")
         sentinel = s.sentinel or "none"
-        print(f"{s.system:11s} {s.run_id:44s} {s.job_id or '-':>8s} {slurm:12s} {sentinel}")
+        print(f"{s.system:13s} {s.run_id:44s} {s.job_id or '-':>8s} {slurm:12s} {sentinel}")
         if args.run:
             print(f"  directory {s.run_dir}")
             print("  files     " + " ".join(sorted(p.name for p in s.run_dir.iterdir())))

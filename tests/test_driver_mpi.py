@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -112,7 +113,8 @@ def test_error_on_one_rank_aborts_job_and_keeps_records(tmp_path):
                        "-e", "16K", "-n", "2", "--out", str(out)], timeout=60)  # fmt: skip
     assert time.monotonic() - t0 < 30
     assert proc.returncode != 0
-    assert "rank 1: error: RuntimeError: injected failure on rank 1" in proc.stderr
+    host = socket.gethostname()
+    assert f"rank 1 on {host}: error: RuntimeError: injected failure on rank 1" in proc.stderr
     df = records(out)  # the two points before the failure, intact
     assert list(df.size_bytes) == [1024, 2048] and (df.nwrong == 0).all()
 

@@ -30,7 +30,7 @@ UPDATE = os.environ.get("COMMBENCH_UPDATE_GOLDEN") == "1"
 REPO = Path("/opt/commbench")
 BINDIR = Path("/opt/commbench/.venv/bin")
 RESULTS = Path("/scratch/results")
-PLACES = jobs.placeholders(REPO, BINDIR)
+PLACES = jobs.placeholders(REPO, BINDIR, environ={})
 
 #: Site values a user of each system would give.
 SITE = {
@@ -39,6 +39,7 @@ SITE = {
     "h200": {"ib_hca": "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "socket_ifname": "eth0"},
     "mi300x": {"ib_hca": "rdma0,rdma1,rdma2,rdma3", "socket_ifname": "eth0"},
     "local": {},
+    "local-cluster": {},
 }
 
 

@@ -82,6 +82,8 @@ def add_parser(sub) -> None:
     q.add_argument("--loss", type=float, default=None, help="percent lost (with `loss`)")
     q.set_defaults(func=cmd_fault)
 
+    add_slurm_parser(verbs, common)
+
 
 def _folder(args) -> Path:
     return netns.state_dir(args.prefix, args.state)
@@ -149,7 +151,13 @@ def cmd_up(args) -> int:
 
 
 def cmd_down(args) -> int:
-    removed = netns.down(args.prefix, _folder(args))
+    from suite.cluster import slurm
+
+    folder = _folder(args)
+    stopped = slurm.remove(folder)  # its Slurm first: munged runs outside the namespaces
+    if stopped:
+        print(f"stopped: {', '.join(stopped)}")
+    removed = netns.down(args.prefix, folder)
     print(f"removed {len(removed)} namespaces: {' '.join(removed) or '(none)'}")
     return 0
 
@@ -265,3 +273,53 @@ def model_argv(
         "--gpus-per-node", str(spec.ranks_per_node), "--workload", workload,
         "--size", size, "--impls", ",".join(impls), "--no-tune", *model_overrides(spec),
     ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ Slurm on the cluster
+
+
+def add_slurm_parser(verbs, common) -> None:
+    q = verbs.add_parser(
+        "slurm",
+        help="a multi-node Slurm on the cluster: start|stop|status, or run a client command",
+        description="slurmctld in node 0, one slurmd per node (its own hostname and "
+        "address), munge through a socket in the state dir. Submit with `commbench jobs "
+        "submit --system local-cluster`; `slurm exec -- squeue` runs a client command.",
+    )
+    actions = q.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    for name, text in (
+        ("start", "start the daemons (idempotent) and wait until every node is idle"),
+        ("stop", "stop every daemon started here (idempotent)"),
+        ("status", "daemons, nodes and the queue; exit 1 when a daemon is not running"),
+        ("exec", "run a Slurm client command where the controller answers"),
+    ):
+        a = actions.add_parser(name, help=text)
+        common(a)
+        if name == "start":
+            a.add_argument("--timeout", type=float, default=60, help="seconds to wait")
+        if name == "exec":
+            a.add_argument("argv", nargs=argparse.REMAINDER, help="-- squeue|scancel ...")
+        a.set_defaults(func=cmd_slurm)
+
+
+def cmd_slurm(args) -> int:
+    from suite.cluster import slurm
+
+    folder = _folder(args)
+    if args.action == "start":
+        print(slurm.start(folder, args.timeout))
+    elif args.action == "stop":
+        stopped = slurm.stop(folder)
+        print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    elif args.action == "status":
+        ok, text = slurm.status(folder)
+        print(text)
+        return 0 if ok else 1
+    else:
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else list(args.argv)
+        if not argv:
+            raise UsageError("give the client command after --, e.g. slurm exec -- squeue")
+        spec = slurm.check_running(folder)
+        return subprocess.run(slurm.client_command(spec, folder, argv)).returncode
+    return 0

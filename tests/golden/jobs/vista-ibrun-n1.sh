@@ -35,8 +35,21 @@ finish() {
         } >error
     fi
 }
+# Why SIGTERM came: Slurm's step daemon writes "*** JOB N ON HOST CANCELLED AT T ***"
+# (with "DUE TO TIME LIMIT" on a timeout) to the job's output before it signals.
+stopped_why() {
+    local said=""
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        said=$(grep -ho 'CANCELLED AT [^*]*' "slurm-$SLURM_JOB_ID.out" 2>/dev/null | tail -n 1)
+    fi
+    case "$said" in
+        *"TIME LIMIT"*) echo "time limit reached" ;;
+        "") echo "time limit or scancel" ;;
+        *) echo "job cancelled (scancel): $said" ;;
+    esac
+}
 trap finish EXIT
-trap 'failures+=("terminated by SIGTERM (time limit or scancel)"); exit 143' TERM
+trap 'failures+=("terminated by SIGTERM: $(stopped_why)"); exit 143' TERM
 
 mkdir -p "$RUN_DIR/logs" && cd "$RUN_DIR" || exit 1
 rm -f ready error
@@ -54,7 +67,9 @@ run_step() {
     launch "$@" 2>&1 | tee "logs/$name.log"
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
-        failures+=("$name: exit status $rc (logs/$name.log)")
+        local where
+        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 1 2>/dev/null)
+        failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
 }
 

@@ -1,0 +1,105 @@
+#!/bin/bash
+# commbench job golden: experiment interconnect on local-cluster, 4 node(s) x 2 rank(s), mpirun
+# Rendered by `commbench jobs render`; every value is shell-quoted. Re-render rather than edit.
+#SBATCH -J cb-interconnect-n4
+#SBATCH -N 4
+#SBATCH -n 8
+#SBATCH --ntasks-per-node=2
+#SBATCH -c 1
+#SBATCH -t 00:30:00
+#SBATCH -o /scratch/results/local-cluster/golden/slurm-%j.out
+
+set -uo pipefail
+
+RUN_DIR=/scratch/results/local-cluster/golden
+REPO=/opt/commbench
+PYTHON=/opt/commbench/.venv/bin/python
+export COMMBENCH_SYSTEM=local-cluster
+export COMMBENCH_RUN_ID=golden
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+failures=()
+
+# The sentinel: `ready` when every step succeeded, `error` (with the reasons) otherwise.
+finish() {
+    local status=$?
+    cd "$RUN_DIR" || return
+    if [ "$status" -eq 0 ] && [ "${#failures[@]}" -eq 0 ]; then
+        date -u +%Y-%m-%dT%H:%M:%SZ >ready
+    else
+        {
+            echo "exit status $status"
+            printf '%s\n' "${failures[@]}"
+        } >error
+    fi
+}
+# Why SIGTERM came: Slurm's step daemon writes "*** JOB N ON HOST CANCELLED AT T ***"
+# (with "DUE TO TIME LIMIT" on a timeout) to the job's output before it signals.
+stopped_why() {
+    local said=""
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        said=$(grep -ho 'CANCELLED AT [^*]*' "slurm-$SLURM_JOB_ID.out" 2>/dev/null | tail -n 1)
+    fi
+    case "$said" in
+        *"TIME LIMIT"*) echo "time limit reached" ;;
+        "") echo "time limit or scancel" ;;
+        *) echo "job cancelled (scancel): $said" ;;
+    esac
+}
+trap finish EXIT
+trap 'failures+=("terminated by SIGTERM: $(stopped_why)"); exit 143' TERM
+
+mkdir -p "$RUN_DIR/logs" && cd "$RUN_DIR" || exit 1
+rm -f ready error
+
+# Open MPI's mpirun inside the allocation: tasks-per-node ranks on every node
+# (each through the profile's rank wrapper, if it has one).
+launch() {
+    /opt/commbench/.venv/bin/mpirun --oversubscribe --mca btl tcp,self,sm --prtemca oob_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 -n 8 --map-by ppr:2:node /run/commbench-cluster/cb/rank-wrapper /opt/commbench/jobs/rank-status.sh "$@"
+}
+
+# Run one step on every rank; its output goes to logs/NAME.log and to the job's output.
+run_step() {
+    local name=$1
+    shift
+    echo "[$(date -u +%H:%M:%S)] $name"
+    launch "$@" 2>&1 | tee "logs/$name.log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ]; then
+        local where
+        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 2 2>/dev/null)
+        failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
+    fi
+}
+
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_hwloc_base_binding_policy=none
+export OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_osc='^ucx'
+export PRTE_MCA_hwloc_default_binding_policy=none
+
+# What the job ran on, next to its results.
+env | sort >env.txt
+if type module >/dev/null 2>&1; then
+    module list >module-list.txt 2>&1
+else
+    echo "no module command on $(hostname)" >module-list.txt
+fi
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi topo -m >topology.txt 2>&1
+elif command -v rocm-smi >/dev/null 2>&1; then
+    rocm-smi --showtopo >topology.txt 2>&1
+fi
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+    scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
+fi
+printf '%s\n' 'alltoallv fast: not registered' >skipped.txt
+echo "skipped (see skipped.txt):"
+cat skipped.txt
+
+run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 02-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 03-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 04-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
