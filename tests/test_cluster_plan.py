@@ -170,3 +170,25 @@ def test_up_without_net_admin_is_refused(monkeypatch, tmp_path):
     with pytest.raises(UsageError, match="CAP_NET_ADMIN"):
         netns.up(spec, tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def test_bench_tables_show_only_the_ratios_whose_rows_were_measured():
+    import pandas as pd
+
+    from suite.cluster.bench import tables
+
+    def row(impl, us, workload="uniform"):
+        return dict(shape="2x4", queue="target-deep", workload=workload, impl=impl,
+                    samples_us=[us, us], nic_bytes_per_call=1.1e6, lower_bound_bytes=1e6,
+                    model_us=None, model_cal_us=None, switch_drops=0, nwrong=0)  # fmt: skip
+
+    uniform = tables(pd.DataFrame([row("fast", 400.0), row("fanout", 300.0)]))
+    assert "| 2x4 | FAST vs fan-out, uniform | >= 0.9 | 0.75 |" in uniform
+    assert "zipf" not in uniform.split("## Modelled")[0]
+    both = tables(pd.DataFrame([row("fast", 400.0), row("fanout", 300.0),
+                                row("fast", 200.0, "zipf:0.8"), row("fanout", 300.0, "zipf:0.8")]))  # fmt: skip
+    assert "| 2x4 | FAST vs fan-out, zipf 0.8, deep | >= 1.3 | 1.50 |" in both
+    assert (
+        "busiest NIC / lower bound, FAST (raw; per wire overhead 1.100) | <= 1.05 | 1.100; 1.000"
+        in both
+    )
