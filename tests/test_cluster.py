@@ -1,14 +1,15 @@
 """The emulated cluster, for real: a 2-node x 2-rank cluster (prefix ``cbt``, its own
 state dir) brought up once per test run and torn down even when a test fails.
 
-Needs root (CAP_NET_ADMIN) and iproute2: skipped with the reason elsewhere, a failure
-under ``CI=true`` (CI runs as root and must run these).
+Needs root (CAP_NET_ADMIN), iproute2 and (for loss) nftables: skipped with the reason
+elsewhere, a failure under ``CI=true`` (CI runs as root and must run these).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,9 +30,13 @@ def _require_privileges() -> None:
     try:
         netns.preflight()
     except ValueError as exc:
-        if IN_CI:
-            pytest.fail(f"CI must run the emulated-cluster tests: {exc}")
-        pytest.skip(str(exc))
+        _missing(str(exc))
+
+
+def _missing(why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI must run the emulated-cluster tests: {why}")
+    pytest.skip(why)
 
 
 def commbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -117,6 +122,8 @@ def test_records_say_they_come_from_the_emulated_cluster(cluster, tmp_path):
 def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
     spec, folder = cluster
     nic = spec.node(1).nics[0]  # rank 2's
+    if shutil.which("nft") is None:
+        _missing(str(netns.not_installed("nft")))
     link = ["cluster", "fault", "--prefix", PREFIX, "--state", str(folder), "--link", "1/0"]
     proc = commbench(*link, "loss", "--loss", "1")
     assert proc.returncode == 0, proc.stderr
