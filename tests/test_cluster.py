@@ -1,14 +1,15 @@
 """The emulated cluster, for real: a 2-node x 2-rank cluster (prefix ``cbt``, its own
 state dir) brought up once per test run and torn down even when a test fails.
 
-Needs root (CAP_NET_ADMIN) and iproute2: skipped with the reason elsewhere, a failure
-under ``CI=true`` (CI runs as root and must run these).
+Needs root (CAP_NET_ADMIN), iproute2 and (for loss) nftables: skipped with the reason
+elsewhere, a failure under ``CI=true`` (CI runs as root and must run these).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,9 +30,13 @@ def _require_privileges() -> None:
     try:
         netns.preflight()
     except ValueError as exc:
-        if IN_CI:
-            pytest.fail(f"CI must run the emulated-cluster tests: {exc}")
-        pytest.skip(str(exc))
+        _missing(str(exc))
+
+
+def _missing(why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI must run the emulated-cluster tests: {why}")
+    pytest.skip(why)
 
 
 def commbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -116,12 +121,14 @@ def test_records_say_they_come_from_the_emulated_cluster(cluster, tmp_path):
 
 def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
     spec, folder = cluster
+    nic = spec.node(1).nics[0]  # rank 2's
+    if shutil.which("nft") is None:
+        _missing(str(netns.not_installed("nft")))
     link = ["cluster", "fault", "--prefix", PREFIX, "--state", str(folder), "--link", "1/0"]
     proc = commbench(*link, "loss", "--loss", "1")
-    if proc.returncode == 2 and "no netem qdisc" in proc.stderr:
-        pytest.skip(proc.stderr.strip())  # a kernel feature, not a privilege
     assert proc.returncode == 0, proc.stderr
     try:
+        sent_before = netns.counters(spec)[(1, 0)]["tx_packets"]
         out = tmp_path / "parity.json"
         proc = on_cluster(folder, sys.executable, "tests/scripts/cluster_parity.py", str(out),
                           "fanout", "fast", "ring", "nvrar")  # fmt: skip
@@ -129,8 +136,16 @@ def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
         result = json.loads(out.read_text())
         assert result["alltoallv"] == {"fanout": 0, "fast": 0}
         assert result["allreduce"] == {"ring": 0, "nvrar": 0}
+        # enough packets through the lossy NIC that "some were lost" cannot fail by chance
+        proc = on_cluster(folder, sys.executable, "-m", "suite.cluster.pingpong",
+                          str(64 << 10), "400", "2")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        sent = netns.counters(spec)[(1, 0)]["tx_packets"] - sent_before
+        lost = netns.loss_drops(spec, nic)
+        assert sent > 2000 and 0.002 < lost / sent < 0.05, (lost, sent)
     finally:
-        assert commbench(*link, "restore").returncode == 0
+        assert commbench(*link, "loss", "--loss", "0").returncode == 0
+    assert netns.loss_drops(spec, nic) is None
 
 
 def test_a_nic_taken_down_mid_run_ends_the_job_with_the_rank_named(cluster, tmp_path):

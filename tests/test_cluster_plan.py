@@ -12,6 +12,7 @@ from suite.cluster import netns
 from suite.cluster.plan import (
     ClusterSpec,
     burst_bytes,
+    loss_script,
     mpirun_command,
     node_qdisc_commands,
     parse_rate,
@@ -81,8 +82,27 @@ def test_shaping_send_side_and_switch_port_with_the_queue_depth():
     deep = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0)
     assert port_qdisc_command(deep, nic)[-1] == str(1000 * 1514)
     lat = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0, latency_us=100)
-    netem, tbf = node_qdisc_commands(lat, nic, loss_pct=1.0)
-    assert "delay" in netem and "100us" in netem and "1%" in netem and "parent" in tbf
+    netem, tbf = node_qdisc_commands(lat, nic)
+    assert "delay" in netem and "100us" in netem and "parent" in tbf
+
+
+@given(st.floats(min_value=0.0001, max_value=99.99))
+def test_loss_drops_that_share_of_what_reaches_the_switch_port(pct):
+    nic = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0).node(1).nics[0]
+    script = loss_script(nic, pct)
+    assert 'hook ingress device "cbn1p0"' in script
+    rule = script.splitlines()[-1]
+    assert rule.startswith("add rule netdev commbench loss_cbn1p0 numgen random mod 1000000 <")
+    assert abs(int(rule.split("<")[1].split()[0]) / 1e6 - pct / 100) <= 0.5e-6
+    assert "flush chain" in script  # setting it again replaces the rule
+
+
+def test_loss_zero_removes_the_rule_and_bad_shares_are_refused():
+    nic = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0).node(0).nics[1]
+    assert loss_script(nic, 0).splitlines()[-1] == "delete chain netdev commbench loss_cbn0p1"
+    for bad in (-1.0, 100.0, float("nan")):
+        with pytest.raises(UsageError, match="--loss takes a percentage"):
+            loss_script(nic, bad)
 
 
 def test_launch_line_uses_the_management_network_and_fills_nodes_in_order():
@@ -150,3 +170,25 @@ def test_up_without_net_admin_is_refused(monkeypatch, tmp_path):
     with pytest.raises(UsageError, match="CAP_NET_ADMIN"):
         netns.up(spec, tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def test_bench_tables_show_only_the_ratios_whose_rows_were_measured():
+    import pandas as pd
+
+    from suite.cluster.bench import tables
+
+    def row(impl, us, workload="uniform"):
+        return dict(shape="2x4", queue="target-deep", workload=workload, impl=impl,
+                    samples_us=[us, us], nic_bytes_per_call=1.1e6, lower_bound_bytes=1e6,
+                    model_us=None, model_cal_us=None, switch_drops=0, nwrong=0)  # fmt: skip
+
+    uniform = tables(pd.DataFrame([row("fast", 400.0), row("fanout", 300.0)]))
+    assert "| 2x4 | FAST vs fan-out, uniform | >= 0.9 | 0.75 |" in uniform
+    assert "zipf" not in uniform.split("## Modelled")[0]
+    both = tables(pd.DataFrame([row("fast", 400.0), row("fanout", 300.0),
+                                row("fast", 200.0, "zipf:0.8"), row("fanout", 300.0, "zipf:0.8")]))  # fmt: skip
+    assert "| 2x4 | FAST vs fan-out, zipf 0.8, deep | >= 1.3 | 1.50 |" in both
+    assert (
+        "busiest NIC / lower bound, FAST (raw; per wire overhead 1.100) | <= 1.05 | 1.100; 1.000"
+        in both
+    )

@@ -79,7 +79,7 @@ def add_parser(sub) -> None:
     common(q)
     q.add_argument("--link", required=True, help="NODE/LOCAL_RANK, e.g. 1/0")
     q.add_argument("action", choices=("down", "up", "loss", "restore"))
-    q.add_argument("--loss", type=float, default=None, help="percent lost (with `loss`)")
+    q.add_argument("--loss", type=float, default=None, help="percent lost (`loss`; 0 removes it)")
     q.set_defaults(func=cmd_fault)
 
     add_slurm_parser(verbs, common)

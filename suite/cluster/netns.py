@@ -19,10 +19,14 @@ import time
 from pathlib import Path
 
 from suite.cluster.plan import (
+    LOSS_FAMILY,
+    LOSS_TABLE,
     ClusterSpec,
     Nic,
     agent_script,
     describe,
+    loss_chain,
+    loss_script,
     node_qdisc_commands,
     port_qdisc_command,
     rank_wrapper_script,
@@ -36,6 +40,9 @@ STATE_FILE = "cluster.json"
 AGENT = "agent"
 WRAPPER = "rank-wrapper"
 TOOLS = ("ip", "tc", "nsenter", "unshare")
+#: the Debian package of each command the cluster runs (`nft` only for loss faults)
+PACKAGES = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux",
+            "unshare": "util-linux", "sysctl": "procps", "nft": "nftables"}  # fmt: skip
 _CAP_NET_ADMIN = 12
 #: per node namespace: answer ARP only for the NIC that holds the address, and accept
 #: packets on any NIC of the subnet (several NICs share one subnet)
@@ -84,20 +91,31 @@ def load_spec(folder: Path) -> ClusterSpec:
 # ------------------------------------------------------------------ commands
 
 
-def sh(argv: list[str], timeout: float = 30) -> str:
+def sh(argv: list[str], timeout: float = 30, stdin: str | None = None) -> str:
     """Run one command; its stderr becomes the error message if it fails."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise ClusterError(
-            f"{argv[0]} is not installed (Debian: apt-get install iproute2)"
-        ) from None
+        raise not_installed(argv[0]) from None
     except subprocess.TimeoutExpired:
         raise ClusterError(f"`{' '.join(argv)}` did not finish in {timeout:g} s") from None
     if done.returncode:
         why = (done.stderr or done.stdout).strip().splitlines()
         raise ClusterError(f"`{' '.join(argv)}` failed: {why[-1] if why else done.returncode}")
     return done.stdout
+
+
+def not_installed(tool: str) -> ClusterError:
+    return ClusterError(
+        f"{tool} is not installed (Debian: apt-get install {PACKAGES.get(tool, tool)})"
+    )
+
+
+def nft_in_switch(spec: ClusterSpec, argv: list[str], stdin: str | None = None) -> str:
+    """``nft ARGV`` inside the switch namespace (``ip netns exec`` cannot say nft is missing)."""
+    if shutil.which("nft") is None:
+        raise not_installed("nft")
+    return sh(in_ns(spec.switch_netns, ["nft", *argv]), stdin=stdin)
 
 
 def in_ns(netns: str, argv: list[str]) -> list[str]:
@@ -222,16 +240,16 @@ def _nic(spec: ClusterSpec, ns: str, nic: Nic) -> None:
     sh(in_ns(spec.switch_netns, port_qdisc_command(spec, nic)))
 
 
-def shape_nic(spec: ClusterSpec, ns: str, nic: Nic, loss_pct: float = 0.0) -> None:
-    """The node-side qdiscs of one NIC; netem (latency, loss) only where the kernel has it."""
+def shape_nic(spec: ClusterSpec, ns: str, nic: Nic) -> None:
+    """The node-side qdiscs of one NIC; netem (latency) only where the kernel has it."""
     try:
-        for argv in node_qdisc_commands(spec, nic, loss_pct):
+        for argv in node_qdisc_commands(spec, nic):
             sh(in_ns(ns, argv))
     except ClusterError as exc:
         if "netem" in str(exc) and "kind is unknown" in str(exc):
             raise ClusterError(
-                "this kernel has no netem qdisc (sch_netem), which link latency and loss "
-                "need: load it (modprobe sch_netem) or run without --latency / loss"
+                "this kernel has no netem qdisc (sch_netem), which link latency needs: "
+                "load it (modprobe sch_netem) or run without --latency"
             ) from None
         raise
 
@@ -294,7 +312,8 @@ def _pids(namespaces: list[str]) -> list[int]:
 
 
 def counters(spec: ClusterSpec) -> dict[tuple[int, int], dict]:
-    """Per rank NIC ``(node, local)``: bytes sent/received (node side) and switch drops."""
+    """Per rank NIC ``(node, local)``: bytes (and packets) sent, bytes received (node
+    side) and switch drops."""
     out: dict[tuple[int, int], dict] = {}
     for node in spec.all_nodes():
         links = json.loads(sh(["ip", "-n", node.netns, "-j", "-s", "link", "show"]))
@@ -306,6 +325,7 @@ def counters(spec: ClusterSpec) -> dict[tuple[int, int], dict]:
             )
             out[(node.index, nic.local)] = {
                 "tx_bytes": link["stats64"]["tx"]["bytes"],
+                "tx_packets": link["stats64"]["tx"]["packets"],
                 "rx_bytes": link["stats64"]["rx"]["bytes"],
                 "up": "UP" in link.get("flags", []),
                 "switch_drops": sum(q.get("drops", 0) for q in qdisc),
@@ -357,22 +377,31 @@ def parse_link(spec: ClusterSpec, text: str) -> Nic:
 
 
 def fault(spec: ClusterSpec, nic: Nic, action: str, loss_pct: float | None = None) -> str:
-    """Take a NIC down or up, add random loss to what it sends, or restore it."""
+    """Take a NIC down or up, make the wire from it lose frames, or stop the loss."""
     ns = spec.node(nic.node).netns
     if action in ("down", "up"):
         sh(["ip", "-n", ns, "link", "set", nic.name, action])
         return f"{ns} {nic.name} {action}"
     if action == "loss":
-        if loss_pct is None or not 0 < loss_pct < 100:
-            raise UsageError("--loss takes a percentage between 0 and 100, e.g. --loss 1")
+        if loss_pct is None:
+            raise UsageError("`loss` needs --loss PERCENT, e.g. --loss 1 (--loss 0 removes it)")
     elif action == "restore":
         loss_pct = 0.0
     else:
         raise UsageError(f"unknown fault {action!r}: down, up, loss or restore")
-    sh(["tc", "-n", ns, "qdisc", "del", "dev", nic.name, "root"])
-    try:
-        shape_nic(spec, ns, nic, loss_pct)
-    except ClusterError:
-        shape_nic(spec, ns, nic)  # leave the NIC shaped as before
-        raise
+    nft_in_switch(spec, ["-f", "-"], stdin=loss_script(nic, loss_pct))
     return f"{ns} {nic.name}: " + (f"{loss_pct:g}% loss on send" if loss_pct else "no loss")
+
+
+def loss_drops(spec: ClusterSpec, nic: Nic) -> int | None:
+    """Frames the loss fault dropped on ``nic``'s wire; None when it has no loss rule."""
+    listing = json.loads(nft_in_switch(spec, ["-j", "list", "ruleset", LOSS_FAMILY]))
+    rules = [
+        item["rule"]
+        for item in listing["nftables"]
+        if item.get("rule", {}).get("table") == LOSS_TABLE
+        and item["rule"]["chain"] == loss_chain(nic)
+    ]
+    if not rules:
+        return None
+    return sum(e["counter"]["packets"] for r in rules for e in r["expr"] if "counter" in e)

@@ -1,4 +1,4 @@
-"""The emulated cluster as data: names, addresses, ``tc`` arguments and launch lines.
+"""The emulated cluster as data: names, addresses, ``tc``/``nft`` arguments, launch lines.
 
 Pure functions only (no ``ip``, no files), so everything here is tested without root.
 
@@ -15,6 +15,11 @@ Layout for prefix ``cb``, N nodes and G ranks per node:
 Shaping: a token bucket on each NIC's node side (what the rank sends) and on its switch
 port (what it receives: where incast queues build up; ``switch_queue`` packets deep,
 tail drop beyond). ``latency_us`` adds a netem delay on the node side.
+
+Loss (a fault) is an nftables rule on the switch port's ingress: a share of the frames a
+NIC sends vanish on the wire, and the sender's TCP learns of it only from missing ACKs,
+as with a lossy link (a drop in the sender's own stack would be reported back to TCP as
+a local error and retried without any loss recovery).
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ MAX_MBIT = 100_000.0
 TABLE_BASE = 100
 #: what the sender's own qdisc may hold (TCP small queues keep it far below)
 NODE_QUEUE_BYTES = 4 << 20
+#: nftables table (in the switch) holding the loss rules; loss set in steps of 1/LOSS_RESOLUTION
+LOSS_FAMILY = "netdev"
+LOSS_TABLE = "commbench"
+LOSS_RESOLUTION = 1_000_000
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,5}$")
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*$", re.IGNORECASE)
@@ -262,18 +271,16 @@ def burst_bytes(mbit: float) -> int:
     return max(10 * FRAME_BYTES, int(mbit * 1e6 / 8 * 1e-3))
 
 
-def node_qdisc_commands(spec: ClusterSpec, nic: Nic, loss_pct: float = 0.0) -> list[list[str]]:
-    """``tc`` argv (to run inside the node) shaping what a rank sends, plus latency and
-    random loss (a fault) in a netem stage in front of the token bucket."""
+def node_qdisc_commands(spec: ClusterSpec, nic: Nic) -> list[list[str]]:
+    """``tc`` argv (to run inside the node) shaping what a rank sends, behind a netem
+    delay stage when the link has latency."""
     rate = f"{spec.nic_mbit:g}mbit"
     tbf = ["tbf", "rate", rate, "burst", str(burst_bytes(spec.nic_mbit))]
     tbf += ["limit", str(NODE_QUEUE_BYTES)]
     dev = ["tc", "qdisc", "add", "dev", nic.name]
-    if spec.latency_us <= 0 and loss_pct <= 0:
+    if spec.latency_us <= 0:
         return [[*dev, "root", "handle", "1:", *tbf]]
     netem = ["netem", "delay", f"{spec.latency_us:g}us", "limit", "100000"]
-    if loss_pct > 0:
-        netem += ["loss", f"{loss_pct:g}%"]
     return [[*dev, "root", "handle", "1:", *netem], [*dev, "parent", "1:1", "handle", "10:", *tbf]]
 
 
@@ -288,6 +295,25 @@ def port_qdisc_command(spec: ClusterSpec, nic: Nic) -> list[str]:
         "rate", f"{spec.nic_mbit:g}mbit", "burst", str(burst_bytes(spec.nic_mbit)),
         "limit", str(max(spec.switch_queue * FRAME_BYTES, burst_bytes(spec.nic_mbit))),
     ]  # fmt: skip
+
+
+def loss_chain(nic: Nic) -> str:
+    return f"loss_{nic.port}"
+
+
+def loss_script(nic: Nic, loss_pct: float) -> str:
+    """``nft -f`` input (inside the switch) dropping ``loss_pct`` % of the frames that
+    arrive from ``nic`` at random; 0 removes the rule. Idempotent either way."""
+    if not (math.isfinite(loss_pct) and 0 <= loss_pct < 100):
+        raise UsageError(f"--loss takes a percentage from 0 to below 100, e.g. 1 (got {loss_pct})")
+    chain = f"{LOSS_FAMILY} {LOSS_TABLE} {loss_chain(nic)}"
+    hook = f'{{ type filter hook ingress device "{nic.port}" priority 0; policy accept; }}'
+    lines = [f"add table {LOSS_FAMILY} {LOSS_TABLE}", f"add chain {chain} {hook}"]
+    if loss_pct == 0:
+        return "\n".join([*lines, f"delete chain {chain}"]) + "\n"
+    threshold = round(loss_pct / 100 * LOSS_RESOLUTION)
+    rule = f"numgen random mod {LOSS_RESOLUTION} < {threshold} counter drop"
+    return "\n".join([*lines, f"flush chain {chain}", f"add rule {chain} {rule}"]) + "\n"
 
 
 # ------------------------------------------------------------------ launching
