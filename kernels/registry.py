@@ -4,7 +4,8 @@ An implementation is a small class registered with :func:`register`. The harness
 constructs it once per run with the transport, calls ``setup(case)`` outside the timed
 region whenever the buffers or the traffic change, and ``run(case)`` for each timed call.
 An optional ``info()`` returns extra fields for the result record (schedule synthesis
-time, stage count, extra memory, ...).
+time, stage count, extra memory, ...). A class attribute ``PARAMS`` names the
+``--param`` keys it takes (none by default); the driver refuses any other key up front.
 
 Plug-ins are found by importing every module under :mod:`kernels` (see
 :func:`load_plugins`), so adding an implementation means adding one module.
@@ -27,6 +28,16 @@ class ImplSpec:
     factory: Callable
     backends: tuple[str, ...]
     summary: str
+    params: tuple[str, ...] = ()
+
+    def check_params(self, params: dict) -> None:
+        """``ValueError`` naming the first ``--param`` key this implementation does not take."""
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            known = ", ".join(self.params) if self.params else "none: drop --param"
+            raise ValueError(
+                f"--impl {self.name} takes no --param {unknown[0]!r} (its parameters: {known})"
+            )
 
 
 _REGISTRY: dict[tuple[str, str], ImplSpec] = {}
@@ -43,7 +54,8 @@ def register(
         if key in _REGISTRY and _REGISTRY[key].factory is not cls:
             raise RuntimeError(f"implementation {collective}/{name} registered twice")
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[key] = ImplSpec(collective, name, cls, tuple(backends), summary)
+        params = tuple(getattr(cls, "PARAMS", ()))
+        _REGISTRY[key] = ImplSpec(collective, name, cls, tuple(backends), summary, params)
         return cls
 
     return wrap

@@ -103,6 +103,8 @@ def launches(backend: str, np_: int, gpus_per_node: int, out: Path) -> list[list
 def run_sweep(args) -> int:
     if args.np < 1 or args.np % args.gpus_per_node:
         raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        raise UsageError(f"--timeout {args.timeout}: give a finite number of seconds > 0")
     stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     folder = Path(args.out_dir) / stamp
     folder.mkdir(parents=True, exist_ok=True)

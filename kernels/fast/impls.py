@@ -58,6 +58,7 @@ class _Fast:
 
     name = "fast"
     allowed: tuple[str, ...] = SCHEDULE_OPTIONS
+    PARAMS = (*SCHEDULE_OPTIONS, "groups")
     fixed: dict = {}
 
     def __init__(self, transport, params: dict) -> None:
@@ -155,4 +156,5 @@ class BalanceOnly(_Fast):
 
     name = "balance-only"
     allowed = ()
+    PARAMS = ("groups",)
     fixed = {"max_stages": 0, "balance": "prologue"}
