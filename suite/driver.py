@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 
@@ -258,8 +259,15 @@ def run(args: argparse.Namespace) -> int:
     from suite.topology import check_gpus_per_node
 
     if cfg.gpus_per_node is not None:
-        check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
+        try:
+            check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
+        except UsageError:
+            watchdog.stop()
+            raise
     rank = MPI.COMM_WORLD.rank
+    # the launcher's SIGTERM (Ctrl-C on mpiexec, scancel) is handled between two Python
+    # steps, so a record being written is finished first and never left torn
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         watchdog.phase("sharing heartbeats (MPI start-up)")
         watchdog.attach(MPI.COMM_WORLD, MPI.COMM_WORLD.Abort)
@@ -270,20 +278,28 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, SystemExit) and not exc.code:
             raise
         sys.stdout.flush()
-        sys.stderr.write(f"commbench run: rank {rank}: error: {type(exc).__name__}: {exc}\n")
+        if isinstance(exc, KeyboardInterrupt):
+            why = "interrupted; the records written so far are whole: rerun with --resume"
+        else:
+            why = f"error: {type(exc).__name__}: {exc}"
+        sys.stderr.write(f"commbench run: rank {rank}: {why}\n")
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
         return 1
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 class Sweep:
     """One invocation: topology, transport, implementation, then every point."""
 
-    def __init__(self, cfg: Config, watchdog: Watchdog) -> None:
+    def __init__(self, cfg: Config, watchdog: Watchdog | None = None) -> None:
         from suite.topology import Topology
 
         self.cfg = cfg
-        self.watchdog = watchdog
+        self.watchdog = watchdog = watchdog or Watchdog(0)
         watchdog.phase("building the rank topology")
         self.topo = Topology.create(gpus_per_node=cfg.gpus_per_node)
         watchdog.set_rank(self.topo.rank)
@@ -413,7 +429,9 @@ class Sweep:
         self.transport.close()
         return 1 if total_wrong else 0
 
-    def _measure(self, index: int, workload: str | None, size: int, unit: int, what: str) -> dict:
+    def _measure(
+        self, index: int, workload: str | None, size: int, unit: int, what: str = "measuring"
+    ) -> dict:
         cfg, t, impl, wd = self.cfg, self.transport, self.impl, self.watchdog
         wd.phase(f"{what}: building the buffers")
         point = self._build(workload, size, unit)

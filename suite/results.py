@@ -14,6 +14,7 @@ import os
 import platform
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 #: Fields that identify a measured point across runs (what ``--resume`` compares).
@@ -154,11 +155,14 @@ def check_output_path(path: str | os.PathLike, flag: str) -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise UsageError(f"{flag} {path}: {folder} is not a directory; choose another path")
-    if folder != p.parent:  # the folders would be made at the first write
-        if not os.access(folder, os.W_OK | os.X_OK):
+    if folder != p.parent:  # the folders would be made at the first write: try one
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".commbench-check-"))
+        except OSError as exc:
             raise UsageError(
-                f"{flag} {path}: cannot create folders in {folder}; choose another path"
-            )
+                f"{flag} {path}: cannot create folders in {folder} ({exc.strerror}); "
+                "choose another path"
+            ) from None
         return
     existed = p.exists()
     try:
