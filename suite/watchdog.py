@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-PHASE_BYTES = 120
+PHASE_BYTES = 240
 #: Shortest start-up guard: launching on a loaded machine is slow but not stuck.
 STARTUP_FLOOR_S = 10.0
 BOARD = np.dtype(
@@ -77,6 +77,9 @@ class Watchdog:
         steps count as progress too."""
         self._what, self._loop = what, loop
         self._seq += 1
+        board = self._board
+        if board is not None:  # at once: a rank stopped before the next tick is still exact
+            board["phase"][self._slot] = what.encode()[:PHASE_BYTES]
 
     def counting(self, what: str, n: int):
         """``iter(range(n))`` watched as the phase ``what``: each step is progress."""
