@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis.load import read_records
+from suite.benchmarks.soak import rank_pids
 from tests.mpirun import ROOT, mpi_env, mpiexec, run_mpi
 from tests.test_reliability import tiny_disk  # noqa: F401 (fixture)
 
@@ -110,7 +111,7 @@ def test_a_rank_stopped_at_launch_cannot_hang_the_job():
     try:
         deadline = time.monotonic() + 20
         while not stopped and time.monotonic() < deadline:
-            for pid in _rank_pids(proc.pid):
+            for pid in rank_pids(proc.pid):
                 if _env(pid).get("OMPI_COMM_WORLD_RANK", _env(pid).get("PMI_RANK")) == "1":
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
@@ -126,22 +127,6 @@ def test_a_slow_point_is_not_a_stuck_one():
     proc = commbench(4, "allreduce", "--impl", "ring", "-b", "4M", "-e", "4M", "-n", "100",
                      "-w", "1", "--watchdog", "1")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-
-
-def _rank_pids(root: int) -> list[int]:
-    """Python processes under the launcher ``root``."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True, text=True)
-    children: dict[int, list[tuple[int, str]]] = {}
-    for line in out.stdout.splitlines():
-        pid, ppid, comm = line.split(None, 2)
-        children.setdefault(int(ppid), []).append((int(pid), comm))
-    found, todo = [], [root]
-    while todo:
-        for pid, comm in children.get(todo.pop(), []):
-            todo.append(pid)
-            if comm.startswith("python"):
-                found.append(pid)
-    return found
 
 
 def _env(pid: int) -> dict[str, str]:
