@@ -22,7 +22,7 @@ from suite import __version__, collectives, metrics, results
 from suite.backends import BACKENDS, check_backend_available, create_transport
 from suite.backends.dtypes import parse_dtype
 from suite.errors import UsageError
-from suite.units import format_size, parse_size, size_sweep
+from suite.units import parse_size, size_sweep
 from suite.watchdog import Watchdog
 from suite.workloads import DEFAULT_SEED
 
@@ -212,7 +212,7 @@ def make_config(args: argparse.Namespace) -> Config:
         results.check_output_path(writer.path, "--out")
         results.check_output_path(writer.raw_path, "--out (its raw side file)")
         if args.resume and writer.path.is_file():
-            results.read_keys(writer.path)  # a damaged file is refused here, before MPI
+            results.read_done(writer.path)  # a damaged file is refused here, before MPI
     return Config(
         collective=coll,
         impl=args.impl,
@@ -381,15 +381,13 @@ class Sweep:
     def run(self) -> int:
         cfg, wd = self.cfg, self.watchdog
         points = list(self._points())
-        done: set[str] = set()
+        done: dict[str, dict] = {}  # rank 0: the records --resume finds, by point key
         if self.is_root:
             wd.phase(f"repairing and reading {cfg.out}")
             for message in self.writer.repair():
                 sys.stderr.write(f"commbench run: {message}\n")
             if cfg.resume:
-                done = results.read_keys(cfg.out)
-        wd.phase("sharing the points already done (--resume)")
-        done = self.topo.world.bcast(done)
+                done = results.read_done(cfg.out)
         wd.phase("timing the harness overhead")
         overhead_us = self._harness_overhead_us()
         if self.is_root:
@@ -402,10 +400,10 @@ class Sweep:
                 + (f" workload {workload}" if workload else "")
             )
             wd.phase(f"{what}: agreeing whether to skip it (--resume)")
-            skip = self.is_root and results.point_key(self._key_fields(workload, size)) in done
-            if self.topo.world.bcast(skip):
-                if self.is_root:
-                    print(f"# skipped (--resume): {format_size(size)} {workload or ''}".rstrip())
+            key = results.point_key(self._key_fields(workload, size)) if self.is_root else None
+            if self.topo.world.bcast(key in done):
+                if self.is_root:  # the table stays whole across interruptions and resumes
+                    self._print_row(done[key], note="  (--resume: recorded before)")
                 continue
             self._progress(index, len(points), what)
             measured = self._measure(index, workload, size, unit, what)
@@ -594,13 +592,13 @@ class Sweep:
         )
         sys.stdout.flush()
 
-    def _print_row(self, rec: dict) -> None:
+    def _print_row(self, rec: dict, note: str = "") -> None:
         wl = f" {str(rec['workload'])[:14]:>14s}" if self.cfg.collective == "alltoallv" else ""
         op = rec["op"] or "none"
         print(
             f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
             f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{rec['nwrong']:7d}"
+            f"{rec['nwrong']:7d}{note}"
         )
         sys.stdout.flush()
 

@@ -128,12 +128,13 @@ def read_jsonl(path: str | os.PathLike, on_torn_tail=None):
             yield lineno, obj
 
 
-def read_keys(path: str | os.PathLike) -> set[str]:
-    """Point keys already in ``path`` (for ``--resume``); a torn last line is ignored
-    (:meth:`RecordWriter.repair` sets it aside before anything is appended)."""
+def read_done(path: str | os.PathLike) -> dict[str, dict]:
+    """The records already in ``path`` by point key (for ``--resume``; the last of a key
+    wins); a torn last line is ignored (:meth:`RecordWriter.repair` sets it aside before
+    anything is appended)."""
     if not Path(path).exists():
-        return set()
-    return {point_key(rec) for _, rec in read_jsonl(path, on_torn_tail=lambda where: None)}
+        return {}
+    return {point_key(rec): rec for _, rec in read_jsonl(path, on_torn_tail=lambda where: None)}
 
 
 def check_output_path(path: str | os.PathLike, flag: str) -> None:

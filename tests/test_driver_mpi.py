@@ -99,7 +99,7 @@ def test_resume_skips_finished_points(tmp_path):
     assert commbench(2, *args, "-b", "1K", "-e", "4K").returncode == 0
     proc = commbench(2, *args, "-b", "1K", "-e", "16K", "--resume")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("skipped (--resume)") == 3
+    assert proc.stdout.count("(--resume: recorded before)") == 3
     df = records(out)
     assert sorted(df.size_bytes) == [1024, 2048, 4096, 8192, 16384]
 

@@ -87,7 +87,7 @@ def test_resume_keys_refuse_a_non_object_line_with_its_line_number(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record(8)) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=r"r.jsonl:2: expected a JSON object, got list"):
-        results.read_keys(path)
+        results.read_done(path)
 
 
 def test_time_reduction_is_part_of_the_resume_key():

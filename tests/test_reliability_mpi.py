@@ -54,6 +54,9 @@ def test_resume_sets_a_cut_off_line_aside_and_appends_whole_records(tmp_path):
     proc = commbench(2, *args, "-b", "1K", "-e", "8K", "--resume")
     assert proc.returncode == 0, proc.stderr
     assert "moved to r.jsonl.torn" in proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "float32" in line]
+    assert len(rows) == 4  # the table shows the points recorded before, too
+    assert sum("(--resume: recorded before)" in row for row in rows) == 2
     assert sorted(r["size_bytes"] for r in read_records(out)) == [1024, 2048, 4096, 8192]
     assert out.read_text().endswith("\n")
 
