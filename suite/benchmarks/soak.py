@@ -29,8 +29,8 @@ import numpy as np
 CALLS = 10_000
 INJECTIONS = 50
 RANKS = 4
-SWEEP = ["allreduce", "--impl", "mpi", "-b", "4", "-e", "160", "-i", "4", "-n", "1", "-w", "0"]
-SWEEP_POINTS = 40
+SWEEP = ["allreduce", "--impl", "mpi", "-b", "4", "-e", "320", "-i", "4", "-n", "1", "-w", "0"]
+SWEEP_POINTS = 80
 WATCHDOG_S = 3
 JOB_LIMIT_S = 60
 
@@ -106,13 +106,13 @@ def soak_inject(n: int, seed: int = 0) -> int:
     rnd = random.Random(seed)
     root = os.geteuid() == 0
     kinds = ["kill", "stop", "sigint"] + (["enospc"] if root else [])
-    counts = {k: 0 for k in (*kinds, "ended", "hung", "torn_set_aside", "lost", "invalid")}
+    counts = {k: 0 for k in (*kinds, "ended", "hung", "named", "torn_set_aside", "lost", "invalid")}
     completed_sweeps = 0
     with tempfile.TemporaryDirectory(prefix="commbench-soak-") as tmp:
         disk = Path(tmp) / "disk"
         disk.mkdir()
         if root:
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
                            check=True)  # fmt: skip
         try:
             out = disk / "r.jsonl"
@@ -143,6 +143,8 @@ def soak_inject(n: int, seed: int = 0) -> int:
                     _kill(pid, signal.SIGKILL)
                 filler.unlink(missing_ok=True)
                 counts["torn_set_aside"] += err.count("was moved to")
+                if kind == "stop" and ("stopped responding" in err or "Timeout" in err):
+                    counts["named"] += 1  # the watchdog (or the start-up guard) caught it
                 try:
                     now = {point_key(r) for r in read_records(out)} if out.exists() else set()
                 except ValueError as exc:
@@ -164,7 +166,8 @@ def soak_inject(n: int, seed: int = 0) -> int:
     print("  faults: " + ", ".join(f"{k} {counts[k]}" for k in kinds)
           + ("" if root else " (enospc skipped: needs root)"))  # fmt: skip
     print(f"  jobs ended by themselves: {counts['ended']}, hung past {JOB_LIMIT_S} s: "
-          f"{counts['hung']}")  # fmt: skip
+          f"{counts['hung']}; stopped ranks caught by the watchdog: {counts['named']} of "
+          f"{counts['stop']}")  # fmt: skip
     print(f"  files unreadable: {counts['invalid']}, completed points lost: {counts['lost']}, "
           f"cut-off tails set aside: {counts['torn_set_aside']}, sweeps completed: "
           f"{completed_sweeps}")  # fmt: skip
