@@ -97,7 +97,12 @@ class Watchdog:
             return
         node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
         nbytes = BOARD.itemsize * node.size if node.rank == 0 else 0
-        win = MPI.Win.Allocate_shared(nbytes, BOARD.itemsize, comm=node)
+        try:
+            win = MPI.Win.Allocate_shared(nbytes, BOARD.itemsize, comm=node)
+        except MPI.Exception:  # no shared windows here: each rank reports alone
+            node.Free()
+            faulthandler.cancel_dump_traceback_later()
+            return
         buf, _ = win.Shared_query(0)
         board = np.ndarray((node.size,), dtype=BOARD, buffer=buf)
         now = time.monotonic()
