@@ -106,7 +106,10 @@ def soak_inject(n: int, seed: int = 0) -> int:
     rnd = random.Random(seed)
     root = os.geteuid() == 0
     kinds = ["kill", "stop", "sigint"] + (["enospc"] if root else [])
-    counts = {k: 0 for k in (*kinds, "ended", "hung", "named", "torn_set_aside", "lost", "invalid")}
+    counts = {
+        k: 0
+        for k in (*kinds, "ended", "hung", "named", "torn_set_aside", "lost", "invalid", "recorded")
+    }
     completed_sweeps = 0
     with tempfile.TemporaryDirectory(prefix="commbench-soak-") as tmp:
         disk = Path(tmp) / "disk"
@@ -130,7 +133,7 @@ def soak_inject(n: int, seed: int = 0) -> int:
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True,
                                         start_new_session=True)  # fmt: skip
-                time.sleep(rnd.uniform(1.0, 5.0))
+                time.sleep(rnd.uniform(1.0, 8.0))
                 victims = _inject(kind, proc, rnd)
                 try:
                     _, err = proc.communicate(timeout=JOB_LIMIT_S)
@@ -152,6 +155,7 @@ def soak_inject(n: int, seed: int = 0) -> int:
                     print(f"  trial {trial} ({kind}): {exc}")
                     continue
                 counts["lost"] += len(done - now)
+                counts["recorded"] += len(now - done)
                 done = now
                 if len(done) == SWEEP_POINTS:  # the sweep finished: start a new file
                     completed_sweeps += 1
@@ -169,7 +173,8 @@ def soak_inject(n: int, seed: int = 0) -> int:
           f"{counts['hung']}; stopped ranks caught by the watchdog: {counts['named']} of "
           f"{counts['stop']}")  # fmt: skip
     print(f"  files unreadable: {counts['invalid']}, completed points lost: {counts['lost']}, "
-          f"cut-off tails set aside: {counts['torn_set_aside']}, sweeps completed: "
+          f"cut-off tails set aside: {counts['torn_set_aside']}")  # fmt: skip
+    print(f"  points recorded between faults: {counts['recorded']}, sweeps completed: "
           f"{completed_sweeps}")  # fmt: skip
     return 1 if counts["hung"] or counts["invalid"] or counts["lost"] else 0
 
