@@ -73,7 +73,7 @@ def soak_calls(n: int) -> int:
         nvrar.setup(point.case)
         nvrar.run(point.case)
         wrong["nvrar"] += collectives.count_wrong(t, point, rep=i)
-        if i + 1 in (n // 10, n):
+        if (i + 1) % max(1, n // 10) == 0:
             rss.append(max(topo.world.allgather(resident_mib())))
     elapsed = time.perf_counter() - t0
     totals = {k: topo.world.allreduce(v) for k, v in wrong.items()}
@@ -82,7 +82,8 @@ def soak_calls(n: int) -> int:
               f"({topo.nodes} emulated nodes x {topo.gpus_per_node}), inputs changing every call")  # fmt: skip
         print(f"  wrong values: fast+sched {totals['fast+sched']}, nvrar {totals['nvrar']}")
         print(f"  resident memory (max over ranks): {rss[0]:.1f} MiB after {n // 10} calls, "
-              f"{rss[-1]:.1f} MiB after {n} ({rss[-1] - rss[0]:+.1f} MiB)")  # fmt: skip
+              f"{rss[-1]:.1f} MiB after {n} ({rss[-1] - rss[0]:+.1f} MiB); every tenth: "
+              + " ".join(f"{m:.0f}" for m in rss))  # fmt: skip
         print(f"  time: {elapsed:.1f} s ({elapsed / n * 1e3:.2f} ms per pair of calls)")
         sys.stdout.flush()
     if hasattr(nvrar, "close"):
