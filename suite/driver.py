@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
         except UsageError:
-            watchdog.stop()
+            watchdog.stop(guard_exit=False)
             raise
     rank = MPI.COMM_WORLD.rank
     # the launcher's SIGTERM (Ctrl-C on mpiexec, scancel) is handled between two Python
@@ -425,6 +425,8 @@ class Sweep:
         if hasattr(self.impl, "close"):
             self.impl.close()
         self.transport.close()
+        wd.phase("finishing: waiting for every rank")
+        self.topo.world.Barrier()
         return 1 if total_wrong else 0
 
     def _measure(

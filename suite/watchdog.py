@@ -16,7 +16,8 @@ waiting on them.
 Until the board exists, MPI start-up may hold the interpreter lock (mpi4py initialises MPI
 inside its import), so no Python thread could run: Python's :mod:`faulthandler` guards
 that stretch instead, ending a rank stuck there after ``max(seconds, STARTUP_FLOOR_S)``
-with a traceback of where it waited.
+with a traceback of where it waited; it guards the way out (freeing the board, MPI
+finalisation) the same way.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ class Watchdog:
         """The rank to name this process by (the run's own numbering, once it is known)."""
         self.rank = rank
 
-    def stop(self) -> None:
+    def stop(self, guard_exit: bool = True) -> None:
+        """Stop watching. ``guard_exit``: the process is about to end (MPI finalisation
+        waits for every rank), so :mod:`faulthandler` guards that stretch as it does
+        start-up."""
         faulthandler.cancel_dump_traceback_later()
         self._stop.set()
         if self._thread is not None:
@@ -126,6 +130,8 @@ class Watchdog:
             self._win.Free()
             self._node.Free()
             self._win = None
+        if guard_exit and self.seconds > 0:
+            faulthandler.dump_traceback_later(max(self.seconds, STARTUP_FLOOR_S), exit=True)
 
     # ------------------------------------------------------------ watcher thread
 

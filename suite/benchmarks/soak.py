@@ -147,8 +147,12 @@ def soak_inject(n: int, seed: int = 0) -> int:
                     _kill(pid, signal.SIGKILL)
                 filler.unlink(missing_ok=True)
                 counts["torn_set_aside"] += err.count("was moved to")
-                if kind == "stop" and ("stopped responding" in err or "Timeout" in err):
-                    counts["named"] += 1  # the watchdog (or the start-up guard) caught it
+                caught = "stopped responding" in err or "Timeout" in err
+                if kind == "stop" and caught:
+                    counts["named"] += 1  # the watchdog (or the start-up/exit guard) caught it
+                if (kind == "stop" and not caught) or proc.returncode == -signal.SIGKILL:
+                    tail = " | ".join(err.strip().splitlines()[-3:])
+                    print(f"  trial {trial} ({kind}, exit {proc.returncode}): {tail[:300]}")
                 try:
                     now = {point_key(r) for r in read_records(out)} if out.exists() else set()
                 except ValueError as exc:
