@@ -109,7 +109,17 @@ def soak_inject(n: int, seed: int = 0) -> int:
     kinds = ["kill", "stop", "sigint"] + (["enospc"] if root else [])
     counts = {
         k: 0
-        for k in (*kinds, "ended", "hung", "named", "torn_set_aside", "lost", "invalid", "recorded")
+        for k in (
+            *kinds,
+            "missed",
+            "ended",
+            "hung",
+            "named",
+            "torn_set_aside",
+            "lost",
+            "invalid",
+            "recorded",
+        )
     }
     completed_sweeps = 0
     with tempfile.TemporaryDirectory(prefix="commbench-soak-") as tmp:
@@ -121,9 +131,10 @@ def soak_inject(n: int, seed: int = 0) -> int:
         try:
             out = disk / "r.jsonl"
             done: set[str] = set()
-            for trial in range(n):
+            trial = 0
+            while sum(counts[k] for k in kinds) < n and trial < 4 * n:
+                trial += 1
                 kind = rnd.choice(kinds)
-                counts[kind] += 1
                 filler = disk / "filler"
                 if kind == "enospc":
                     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
@@ -134,8 +145,10 @@ def soak_inject(n: int, seed: int = 0) -> int:
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True,
                                         start_new_session=True)  # fmt: skip
-                time.sleep(rnd.uniform(1.0, 8.0))
-                victims = _inject(kind, proc, rnd)
+                time.sleep(rnd.uniform(0.5, 5.0))
+                delivered, victims = _inject(kind, proc, rnd)
+                counts[kind] += delivered  # a fault that came after the run ended is no fault
+                counts["missed"] += not delivered
                 try:
                     _, err = proc.communicate(timeout=JOB_LIMIT_S)
                     counts["ended"] += 1
@@ -150,7 +163,9 @@ def soak_inject(n: int, seed: int = 0) -> int:
                 caught = "stopped responding" in err or "Timeout" in err
                 if kind == "stop" and caught:
                     counts["named"] += 1  # the watchdog (or the start-up/exit guard) caught it
-                if (kind == "stop" and not caught) or proc.returncode == -signal.SIGKILL:
+                if (
+                    kind == "stop" and victims and not caught
+                ) or proc.returncode == -signal.SIGKILL:
                     tail = " | ".join(err.strip().splitlines()[-3:])
                     print(f"  trial {trial} ({kind}, exit {proc.returncode}): {tail[:300]}")
                 try:
@@ -170,10 +185,11 @@ def soak_inject(n: int, seed: int = 0) -> int:
         finally:
             if root:
                 subprocess.run(["umount", "-l", str(disk)], check=False)
-    print(f"# soak inject: {n} faults into --resume'd sweeps ({RANKS} ranks, {SWEEP_POINTS} points each, "
+    print(f"# soak inject: {sum(counts[k] for k in kinds)} faults into --resume'd sweeps ({RANKS} ranks, {SWEEP_POINTS} points each, "
           f"--watchdog {WATCHDOG_S})")  # fmt: skip
     print("  faults: " + ", ".join(f"{k} {counts[k]}" for k in kinds)
-          + ("" if root else " (enospc skipped: needs root)"))  # fmt: skip
+          + ("" if root else " (enospc skipped: needs root)")
+          + f"; {counts['missed']} more came after the run had ended (not counted)")  # fmt: skip
     print(f"  jobs ended by themselves: {counts['ended']}, hung past {JOB_LIMIT_S} s: "
           f"{counts['hung']}; stopped ranks caught by the watchdog: {counts['named']} of "
           f"{counts['stop']}")  # fmt: skip
@@ -184,25 +200,30 @@ def soak_inject(n: int, seed: int = 0) -> int:
     return 1 if counts["hung"] or counts["invalid"] or counts["lost"] else 0
 
 
-def _inject(kind: str, proc: subprocess.Popen, rnd: random.Random) -> list[int]:
-    """Do the fault; returns the pids left stopped (to clean up)."""
-    if kind in ("kill", "stop"):
-        ranks = rank_pids(proc.pid)
-        if not ranks:
-            return []
-        pid = rnd.choice(ranks)
-        _kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
-        return [pid] if kind == "stop" else []
+def _inject(kind: str, proc: subprocess.Popen, rnd: random.Random) -> tuple[bool, list[int]]:
+    """Do the fault; returns whether the run was still there to take it, and the pids left
+    stopped (to clean up). A full disk is set up before the run, so it always counts."""
+    if kind == "enospc":
+        return True, []
+    if proc.poll() is not None:
+        return False, []
     if kind == "sigint":
-        _kill(proc.pid, signal.SIGINT)
-    return []
+        return _kill(proc.pid, signal.SIGINT), []
+    ranks = rank_pids(proc.pid)
+    if not ranks:
+        return False, []
+    pid = rnd.choice(ranks)
+    if not _kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP):
+        return False, []
+    return True, [pid] if kind == "stop" else []
 
 
-def _kill(pid: int, sig: int) -> None:
+def _kill(pid: int, sig: int) -> bool:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
-        pass
+        return False
+    return True
 
 
 def rank_pids(launcher: int) -> list[int]:
