@@ -182,7 +182,7 @@ class Watchdog:
                 "(before the ranks shared heartbeats: a rank has not started or has stopped)"
             )
         else:
-            detail = describe_board(board, now, self.stale_after(), self.seconds)
+            detail = describe_board(board, now, self.stale_after())
         sys.stderr.write(
             f"{self.prefix}: watchdog: no progress for {self.seconds:g} s: {detail}; "
             "aborting the job\n"
@@ -193,7 +193,7 @@ class Watchdog:
         os._exit(3)
 
 
-def describe_board(board: np.ndarray, now: float, stale: float, seconds: float) -> str:
+def describe_board(board: np.ndarray, now: float, stale: float) -> str:
     """One line from the heartbeat board: who stopped responding, who waits, and in what."""
     stopped, waiting = [], {}
     for entry in board:
@@ -204,12 +204,15 @@ def describe_board(board: np.ndarray, now: float, stale: float, seconds: float) 
                 f"{now - entry['alive']:.1f} s ago, in: {phase}"
             )
         else:
-            state = "stuck" if now - entry["progress"] >= seconds else "busy"
-            waiting.setdefault((state, phase), []).append(rank)
+            waiting.setdefault(phase, []).append((rank, now - entry["progress"]))
     parts = stopped or ["every rank on this machine still responds"]
-    for (state, phase), ranks in waiting.items():
+    for phase, ranks in waiting.items():
         noun = "rank" if len(ranks) == 1 else "ranks"
-        parts.append(f"{noun} {format_ranks(ranks)} {state} in: {phase}")
+        idle = max(t for _, t in ranks)
+        parts.append(
+            f"{noun} {format_ranks([r for r, _ in ranks])} in: {phase} "
+            f"(no progress for {idle:.1f} s)"
+        )
     return "; ".join(parts)
 
 
