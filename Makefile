@@ -30,7 +30,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export MPIEXEC
 
-.PHONY: install run test bench gpu-wheels gpu-check figures report slurm jobs lint clean \
+.PHONY: install run test bench soak gpu-wheels gpu-check figures report slurm jobs lint clean \
 	cluster-up cluster-run cluster-down cluster-bench cluster-slurm cluster-jobs
 
 install: $(VENV)/.installed
@@ -50,8 +50,16 @@ test: install
 bench: install
 	$(MPIEXEC) -n $(NP) $(PY) -m suite.benchmarks.harness
 	@for b in suite/benchmarks/[a-z]*.py; do \
-	  m=$$(basename $$b .py); [ $$m = harness ] && continue; \
+	  m=$$(basename $$b .py); case $$m in harness|soak) continue;; esac; \
 	  echo "== make bench: $$m"; $(PY) -m suite.benchmarks.$$m || exit 1; done
+
+# Fault injection (minutes to an hour on a small machine; not in `make test` or `make bench`):
+# 10 000 changing fast+sched and nvrar calls at 8 ranks, then 50 faults into resumed sweeps.
+SOAK_CALLS ?= 10000
+SOAK_FAULTS ?= 50
+soak: install
+	$(MPIEXEC) -n 8 $(PY) -m suite.benchmarks.soak calls $(SOAK_CALLS)
+	$(PY) -m suite.benchmarks.soak inject $(SOAK_FAULTS)
 
 # The one-GPU check (tools/gpu-check.sh). `make gpu-wheels` (network; GPU_CUDA=13 or 12)
 # puts the wheels a GPU machine lacks into .gpu-wheels/; `make gpu-check` installs from

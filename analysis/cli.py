@@ -60,7 +60,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from analysis.report import write_report
+    from suite.results import check_output_path
 
+    check_output_path(args.output, "-o")
     path = write_report(
         args.results,
         args.output,

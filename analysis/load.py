@@ -40,14 +40,16 @@ is taken from the record or, when absent, chosen by its ``time_reduction`` (``ra
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+
+from suite.results import read_jsonl
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
 
@@ -149,31 +151,26 @@ def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
-    """Parse one JSONL file; a bad line raises ``ValueError`` naming ``file:line``."""
-    path = Path(path)
+    """Parse one JSONL file; a bad line raises ``ValueError`` naming ``file:line``.
+
+    A cut-off last line (a run killed while writing it) is skipped with a warning: the
+    records before it are whole, and the next ``--resume`` sets that line aside.
+    """
     records = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "each line of a result file must be one JSON object"
-                ) from None
-            if not isinstance(rec, dict):
-                raise ValueError(
-                    f"{where}: expected a JSON object, got {type(rec).__name__}; "
-                    "each line of a result file must be one JSON object"
-                )
-            _check_record(rec, where)
-            rec["source_file"] = str(path)
-            rec["source_line"] = lineno
-            records.append(rec)
+    for lineno, rec in read_jsonl(path, on_torn_tail=_warn_torn_tail):
+        where = f"{path}:{lineno}"
+        _check_record(rec, where)
+        rec["source_file"] = str(path)
+        rec["source_line"] = lineno
+        records.append(rec)
     return records
+
+
+def _warn_torn_tail(where: str) -> None:
+    print(
+        f"warning: {where}: skipping a cut-off last line (a run was stopped while writing it)",
+        file=sys.stderr,
+    )
 
 
 def _check_record(rec: dict, where: str) -> None:

@@ -4,7 +4,8 @@ An implementation is a small class registered with :func:`register`. The harness
 constructs it once per run with the transport, calls ``setup(case)`` outside the timed
 region whenever the buffers or the traffic change, and ``run(case)`` for each timed call.
 An optional ``info()`` returns extra fields for the result record (schedule synthesis
-time, stage count, extra memory, ...).
+time, stage count, extra memory, ...). A class attribute ``PARAMS`` names the
+``--param`` keys it takes (none by default); the driver refuses any other key up front.
 
 What an implementation supports is data here, so the driver and the job renderer refuse
 the same things with the same line (:func:`support_problem`): its backends, the element
@@ -36,6 +37,8 @@ class ImplSpec:
     factory: Callable
     backends: tuple[str, ...]
     summary: str
+    #: the ``--param`` keys it takes (the class's ``PARAMS``)
+    params: tuple[str, ...] = ()
     #: element types (``kernels.dtypes.dtype_name``) taken on cuda/rocm; None: all
     gpu_dtypes: tuple[str, ...] | None = None
     #: False when ``run`` synchronises with or works on the host (a graph would replay
@@ -66,6 +69,15 @@ class ImplSpec:
             return f"{what} cannot be captured in a graph (its calls synchronise with or work on the host): run it without -G"
         return None
 
+    def check_params(self, params: dict) -> None:
+        """``ValueError`` naming the first ``--param`` key this implementation does not take."""
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            known = ", ".join(self.params) if self.params else "none: drop --param"
+            raise ValueError(
+                f"--impl {self.name} takes no --param {unknown[0]!r} (its parameters: {known})"
+            )
+
 
 _REGISTRY: dict[tuple[str, str], ImplSpec] = {}
 _loaded = False
@@ -94,6 +106,7 @@ def register(
             cls,
             tuple(backends),
             summary,
+            tuple(getattr(cls, "PARAMS", ())),
             None if gpu_dtypes is None else tuple(gpu_dtypes),
             capturable,
             dict(env or {}),

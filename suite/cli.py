@@ -2,7 +2,8 @@
 
 Each module exposes ``add_parser(subparsers)``, which registers its parser and sets
 ``func(args) -> int``. Bad input raises :class:`suite.errors.UsageError` (or
-``ValueError`` from the pure code): one line on stderr, exit status 2.
+``ValueError`` from the pure code): one line on stderr, exit status 2; an ``OSError``
+(disk full, permissions) or ``MemoryError`` is one line too, exit status 1.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # UsageError is a ValueError
         print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # disk full, permissions, I/O: one line naming the file
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc) else ""
+        print(f"commbench {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"commbench {args.command}: error: out of memory: ask for less", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -8,10 +8,11 @@ nccl-tests (see ``shared/spec/harness.md``).
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import socket
 import sys
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,9 @@ from suite.backends import BACKENDS, check_backend_available, create_transport
 from suite.backends.dtypes import parse_dtype
 from suite.cluster.netns import current_fabric
 from suite.errors import UsageError
-from suite.units import format_size, parse_size, size_sweep
+from suite.units import parse_size, size_sweep
+from suite.watchdog import Watchdog
+from suite.workloads import DEFAULT_SEED
 
 OPS = ("sum", "prod", "max", "min")
 
@@ -70,7 +73,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--workload", default=None, help="all-to-allv traffic spec, a list sweeps it (zipf:0.1,0.8)"
     )
-    p.add_argument("--seed", type=int, default=1, help="workload seed (a spec's @SEED wins)")
+    p.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="workload seed (a spec's @SEED wins)"
+    )
     p.add_argument(
         "--param",
         action="append",
@@ -90,7 +95,8 @@ def add_parser(sub) -> None:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="abort the job if one point takes longer (0: off)",
+        help="abort the job when a rank makes no progress (no call returns, no phase "
+        "ends) for this long, naming who stopped (0: off)",
     )
     p.set_defaults(func=run)  # fmt: skip
 
@@ -157,6 +163,8 @@ def make_config(args: argparse.Namespace) -> Config:
         spec = lookup(coll, args.impl)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
+    params = parse_params(args.param)
+    spec.check_params(params)
     dtype = parse_dtype(args.datatype)
     if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
         raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
@@ -185,18 +193,28 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
-    if args.watchdog < 0:
-        raise UsageError("--watchdog takes seconds >= 0 (0 turns it off)")
+    if not math.isfinite(args.watchdog) or args.watchdog < 0:
+        raise UsageError(
+            f"--watchdog {args.watchdog}: give a finite number of seconds >= 0 (0 turns it off)"
+        )
     if coll == "alltoallv":
-        from suite.workloads import expand_workloads
+        from suite.workloads import check_local_inputs, expand_workloads
 
         workloads: list[str | None] = list(expand_workloads(args.workload or "uniform"))
+        for workload in workloads:
+            check_local_inputs(workload, dtype.itemsize)
     elif args.workload:
         raise UsageError(f"--workload applies to alltoallv, not {coll}")
     else:
         workloads = [None]
     if args.resume and not args.out:
         raise UsageError("--resume needs --out FILE (the records to resume from)")
+    if args.out:
+        writer = results.RecordWriter(args.out)
+        results.check_output_path(writer.path, "--out")
+        results.check_output_path(writer.raw_path, "--out (its raw side file)")
+        if args.resume and writer.path.is_file():
+            results.read_done(writer.path)  # a damaged file is refused here, before MPI
     return Config(
         collective=coll,
         impl=args.impl,
@@ -214,7 +232,7 @@ def make_config(args: argparse.Namespace) -> Config:
         timing=args.timing,
         workloads=workloads,
         seed=args.seed,
-        params=parse_params(args.param),
+        params=params,
         out=args.out,
         resume=args.resume,
         system=args.system,
@@ -237,36 +255,6 @@ def list_implementations(collective: str | None) -> int:
 # ---------------------------------------------------------------- the run
 
 
-class Watchdog:
-    """Turns a hang into an abort of the whole MPI job, naming what hung and where."""
-
-    def __init__(self, seconds: float, rank: int) -> None:
-        self.seconds, self.rank = seconds, rank
-        self._timer: threading.Timer | None = None
-
-    def arm(self, what: str) -> None:
-        self.disarm()
-        if self.seconds > 0:
-            self._timer = threading.Timer(self.seconds, self._fire, args=(what,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _fire(self, what: str) -> None:
-        from mpi4py import MPI
-
-        sys.stderr.write(
-            f"commbench run: rank {self.rank} on {socket.gethostname()}: watchdog: {what} "
-            f"made no progress for {self.seconds:g} s; aborting the job\n"
-        )
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(3)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return list_implementations(args.collective)
@@ -274,43 +262,67 @@ def run(args: argparse.Namespace) -> int:
     if cfg.backend != "cpu":  # before the device is opened: CUDA reads it at context creation
         os.environ.update(lookup(cfg.collective, cfg.impl).env)
     check_backend_available(cfg.backend)
+    watchdog = Watchdog(cfg.watchdog_s)
+    watchdog.start("starting MPI")
     from mpi4py import MPI
 
     from suite.topology import check_gpus_per_node
 
     if cfg.gpus_per_node is not None:
-        check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
+        try:
+            check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
+        except UsageError:
+            watchdog.stop(guard_exit=False)
+            raise
     rank = MPI.COMM_WORLD.rank
+    # the launcher's SIGTERM (Ctrl-C on mpiexec, scancel) is handled between two Python
+    # steps, so a record being written is finished first and never left torn
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return Sweep(cfg).run()
+        watchdog.phase("sharing heartbeats (MPI start-up)")
+        watchdog.attach(MPI.COMM_WORLD, MPI.COMM_WORLD.Abort)
+        status = Sweep(cfg, watchdog).run()
+        watchdog.stop()
+        return status
     except BaseException as exc:  # one rank's failure ends the whole job, with its message
         if isinstance(exc, SystemExit) and not exc.code:
             raise
         sys.stdout.flush()
         host = socket.gethostname()
-        sys.stderr.write(
-            f"commbench run: rank {rank} on {host}: error: {type(exc).__name__}: {exc}\n"
-        )
+        if isinstance(exc, KeyboardInterrupt):
+            why = "interrupted; the records written so far are whole: rerun with --resume"
+        else:
+            why = f"error: {type(exc).__name__}: {exc}"
+        sys.stderr.write(f"commbench run: rank {rank} on {host}: {why}\n")
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
         return 1
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 class Sweep:
     """One invocation: topology, transport, implementation, then every point."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, watchdog: Watchdog | None = None) -> None:
         from suite.topology import Topology
 
         self.cfg = cfg
+        self.watchdog = watchdog = watchdog or Watchdog(0)
+        watchdog.phase("building the rank topology")
         self.topo = Topology.create(gpus_per_node=cfg.gpus_per_node)
+        watchdog.set_rank(self.topo.rank)
+        watchdog.phase(f"creating the {cfg.backend} transport")
         self.transport = create_transport(cfg.backend, self.topo)
+        watchdog.phase(f"creating --impl {cfg.impl}")
         self.impl = lookup(cfg.collective, cfg.impl).factory(self.transport, dict(cfg.params))
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
+        watchdog.phase("sharing the run id and device list")
         self.run_id = self.topo.world.bcast(results.new_run_id() if self.is_root else None)
-        self.watchdog = Watchdog(cfg.watchdog_s, self.rank)
         info = self.transport.describe()
         self.devices = self.topo.world.gather(
             (self.rank, self.topo.node, self.topo.local, os.getpid(), self.topo.hostname, info)
@@ -385,73 +397,88 @@ class Sweep:
         return w.seed if w.seed is not None else self.cfg.seed
 
     def run(self) -> int:
-        cfg = self.cfg
+        cfg, wd = self.cfg, self.watchdog
         points = list(self._points())
-        done: set[str] = set()
-        if cfg.resume and self.is_root:
-            done = results.read_keys(cfg.out)
-        done = self.topo.world.bcast(done)
+        done: dict[str, dict] = {}  # rank 0: the records --resume finds, by point key
+        if self.is_root:
+            wd.phase(f"repairing and reading {cfg.out}")
+            for message in self.writer.repair():
+                sys.stderr.write(f"commbench run: {message}\n")
+            if cfg.resume:
+                done = results.read_done(cfg.out)
+        wd.phase("timing the harness overhead")
         overhead_us = self._harness_overhead_us()
         if self.is_root:
             self._print_header(overhead_us)
         total_wrong = 0
         bus = []
         for index, (workload, size, unit) in enumerate(points):
-            skip = self.is_root and results.point_key(self._key_fields(workload, size)) in done
-            if self.topo.world.bcast(skip):
-                if self.is_root:
-                    print(f"# skipped (--resume): {format_size(size)} {workload or ''}".rstrip())
-                continue
-            what = f"{cfg.collective} --impl {cfg.impl} at size {size}" + (
-                f" workload {workload}" if workload else ""
+            what = (
+                f"point {index + 1}/{len(points)}, {cfg.collective} --impl {cfg.impl} at size {size}"
+                + (f" workload {workload}" if workload else "")
             )
+            wd.phase(f"{what}: agreeing whether to skip it (--resume)")
+            key = results.point_key(self._key_fields(workload, size)) if self.is_root else None
+            if self.topo.world.bcast(key in done):
+                if self.is_root:  # the table stays whole across interruptions and resumes
+                    self._print_row(done[key], note="  (--resume: recorded before)")
+                continue
             self._progress(index, len(points), what)
-            self.watchdog.arm(what)
-            measured = self._measure(index, workload, size, unit)
-            self.watchdog.disarm()
+            measured = self._measure(index, workload, size, unit, what)
+            wd.phase(f"{what}: gathering every rank's times")
             gathered = self.topo.world.gather(measured)
             if self.is_root:
                 rec, raw = self._record(index, workload, size, gathered, overhead_us)
-                self.writer.write(rec, raw)
                 self._print_row(rec)
+                wd.phase(f"{what}: writing the record to {cfg.out}")
+                self.writer.write(rec, raw)
                 total_wrong += rec["nwrong"]
                 bus.append(rec["busbw_GBps"])
         if self.is_root:
             self._progress_done()
             self._print_footer(total_wrong, bus)
+        wd.phase("finishing: sharing the wrong-value count")
         total_wrong = self.topo.world.bcast(total_wrong)
+        wd.phase("finishing: closing the implementation and transport")
         if hasattr(self.impl, "close"):
             self.impl.close()
         self.transport.close()
+        wd.phase("finishing: waiting for every rank")
+        self.topo.world.Barrier()
         return 1 if total_wrong else 0
 
-    def _measure(self, index: int, workload: str | None, size: int, unit: int) -> dict:
-        cfg, t, impl = self.cfg, self.transport, self.impl
+    def _measure(
+        self, index: int, workload: str | None, size: int, unit: int, what: str = "measuring"
+    ) -> dict:
+        cfg, t, impl, wd = self.cfg, self.transport, self.impl, self.watchdog
+        wd.phase(f"{what}: building the buffers")
         point = self._build(workload, size, unit)
         case = point.case
         collectives.fill(t, point, rep=index)
+        wd.phase(f"{what}: setup")
         impl.setup(case)
-        for _ in range(cfg.warmup):
+        for _ in wd.counting(f"{what}: warm-up calls", cfg.warmup):
             impl.run(case)
         t.synchronize()
         samples = None
         if cfg.timing == "pipelined":
             runner = self._graph(case) if cfg.graph_iters else None
             calls = cfg.iters if runner is None else -(-cfg.iters // cfg.graph_iters)
+            wd.phase(f"{what}: barrier before the timed calls")
             t.barrier()
             t0 = t.now()
             if runner is None:
-                for _ in range(calls):
+                for _ in wd.counting(f"{what}: timed calls", calls):
                     impl.run(case)
             else:
-                for _ in range(calls):
+                for _ in wd.counting(f"{what}: timed graph launches", calls):
                     runner()
             t.synchronize()
             elapsed = t.now() - t0
             per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
         else:
             samples = np.empty(cfg.iters)
-            for i in range(cfg.iters):
+            for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
                 t.barrier()
                 t0 = t.now()
                 impl.run(case)
@@ -459,6 +486,7 @@ class Sweep:
                 samples[i] = (t.now() - t0) * 1e6
             per_call_us = float(samples.mean())
         # One call started together after a barrier: when did this rank finish?
+        wd.phase(f"{what}: the finish-time call")
         t.barrier()
         t0 = t.now()
         impl.run(case)
@@ -466,6 +494,7 @@ class Sweep:
         finish_us = (t.now() - t0) * 1e6
         nwrong = 0
         if cfg.check:
+            wd.phase(f"{what}: the checked call")
             collectives.fill(t, point, rep=index)
             t.barrier()
             impl.run(case)
@@ -583,13 +612,13 @@ class Sweep:
         )
         sys.stdout.flush()
 
-    def _print_row(self, rec: dict) -> None:
+    def _print_row(self, rec: dict, note: str = "") -> None:
         wl = f" {str(rec['workload'])[:14]:>14s}" if self.cfg.collective == "alltoallv" else ""
         op = rec["op"] or "none"
         print(
             f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
             f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{rec['nwrong']:7d}"
+            f"{rec['nwrong']:7d}{note}"
         )
         sys.stdout.flush()
 

@@ -77,6 +77,21 @@ OPTION_ALIASES = {
     "-e": "error",
     "-D": "chdir",
 }
+#: Options commbench computes (and checks against the profile's limits), with the flag to
+#: use instead of ``--extra-sbatch``.
+MANAGED_FIX = {
+    "nodes": "use --nodes",
+    "time": "use -t/--time",
+    "account": "use --account",
+    "qos": "use --qos",
+    "partition": "use --partition",
+    "constraint": "use --constraint",
+    "ntasks": "use --tasks-per-node",
+    "ntasks-per-node": "use --tasks-per-node",
+    "cpus-per-task": "use --cpus-per-task",
+    "gpus-per-node": "use --tasks-per-node (one GPU per rank)",
+    "gres": "use --tasks-per-node (one GPU per rank)",
+}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _OPTION_RE = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.*))?$", re.DOTALL)
@@ -807,10 +822,19 @@ def sbatch_options(
     if profile.exclusive:
         opts.append(("exclusive", None))
     opts.append(("output", output))
+    managed = {name for name, _ in opts} | set(MANAGED_FIX)
+    managed |= {key.option for key in profile.site.values() if key.option}
     for text in [*profile.extra_sbatch, *extra]:
         check_extra_option(profile, text, "extra sbatch options")
+        name = canonical_option(text)
+        if name in managed:
+            raise UsageError(
+                f"extra sbatch option {text!r}: commbench sets --{name} itself from its own "
+                f"flags, checked against {profile.path.name}: "
+                f"{MANAGED_FIX.get(name, 'remove it')}"
+            )
         m = _OPTION_RE.match(text)
-        opts.append((canonical_option(text), m.group(2)))
+        opts.append((name, m.group(2)))
     for name, _ in opts:
         if name in profile.forbidden:
             raise UsageError(

@@ -12,7 +12,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 #: Fields that identify a measured point across runs (what ``--resume`` compares).
@@ -32,6 +34,7 @@ KEY_FIELDS = (
     "timing_mode",
     "iters",
     "warmup",
+    "time_reduction",
 )
 
 ENV_PREFIXES = ("NCCL_", "FI_", "NVSHMEM_", "MPICH_", "OMPI_", "UCX_", "HSA_", "RCCL_", "SLURM_JOB")
@@ -94,26 +97,96 @@ def captured_env() -> dict:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
 
 
-def read_keys(path: str | os.PathLike) -> set[str]:
-    """Point keys already in ``path`` (for ``--resume``); a torn last line is ignored."""
-    keys: set[str] = set()
-    p = Path(path)
-    if not p.exists():
-        return keys
-    with p.open() as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+def read_jsonl(path: str | os.PathLike, on_torn_tail=None):
+    """``(line number, object)`` for each JSON object line of ``path``.
+
+    A bad line raises ``ValueError`` naming ``file:line``, except a cut-off last line (no
+    newline at the end of the file: a run killed while writing it), which is passed to
+    ``on_torn_tail(where)`` and skipped; without ``on_torn_tail`` it is an error too.
+    """
+    path = Path(path)
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
                 continue
+            where = f"{path}:{lineno}"
             try:
-                keys.add(point_key(json.loads(line)))
-            except json.JSONDecodeError:
-                continue
-    return keys
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not line.endswith("\n") and on_torn_tail is not None:
+                    on_torn_tail(where)
+                    return
+                raise ValueError(
+                    f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "each line of a result file must be one JSON object"
+                ) from None
+            if not isinstance(obj, dict):
+                raise ValueError(
+                    f"{where}: expected a JSON object, got {type(obj).__name__}; "
+                    "each line of a result file must be one JSON object"
+                )
+            yield lineno, obj
+
+
+def read_done(path: str | os.PathLike) -> dict[str, dict]:
+    """The records already in ``path`` by point key (for ``--resume``; the last of a key
+    wins); a torn last line is ignored (:meth:`RecordWriter.repair` sets it aside before
+    anything is appended)."""
+    if not Path(path).exists():
+        return {}
+    return {point_key(rec): rec for _, rec in read_jsonl(path, on_torn_tail=lambda where: None)}
+
+
+def check_output_path(path: str | os.PathLike, flag: str) -> None:
+    """Refuse an output file that cannot be written, before any work; creates nothing.
+
+    ``UsageError`` naming ``flag`` when ``path`` is a directory, its folder cannot be made
+    or written, or the file cannot be opened for appending. A FIFO is accepted (its reader
+    may come later; a stalled write is the watchdog's).
+    """
+    from suite.errors import UsageError
+
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name inside it")
+    if p.exists() and stat.S_ISFIFO(p.stat().st_mode):
+        return
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: {folder} is not a directory; choose another path")
+    if folder != p.parent:  # the folders would be made at the first write: try one
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".commbench-check-"))
+        except OSError as exc:
+            raise UsageError(
+                f"{flag} {path}: cannot create folders in {folder} ({exc.strerror}); "
+                "choose another path"
+            ) from None
+        return
+    existed = p.exists()
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        raise UsageError(
+            f"{flag} {path}: cannot write there ({exc.strerror}); choose another path"
+        ) from None
+    os.close(fd)
+    if not existed:
+        try:
+            p.unlink()
+        except FileNotFoundError:  # another rank's check removed it first
+            pass
 
 
 class RecordWriter:
-    """Appends records (and raw-time lines) and flushes each to disk before returning."""
+    """Appends records (and raw-time lines), each in one ``write`` and synced to disk.
+
+    A failed append (disk full, I/O error) is rolled back, so the file keeps whole lines,
+    and the error names the file. A torn tail left by a killed run is set aside by
+    :meth:`repair` before the first append, never glued to a new record.
+    """
 
     def __init__(self, path: str | os.PathLike | None) -> None:
         self.path = Path(path) if path else None
@@ -123,20 +196,125 @@ class RecordWriter:
             else None
         )
 
+    def repair(self) -> list[str]:
+        """Move a cut-off last line of the results and raw files to ``<file>.torn``;
+        returns one message per file repaired."""
+        if self.path is None:
+            return []
+        return [m for p in (self.path, self.raw_path) if (m := repair_torn_tail(p))]
+
     def _append(self, path: Path, obj: dict) -> None:
+        data = (json.dumps(obj, default=_json_default) + "\n").encode()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as fh:
-            fh.write(json.dumps(obj, default=_json_default) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            start = os.lseek(fd, 0, os.SEEK_END) if regular else 0
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if regular:
+                    os.fsync(fd)
+            except OSError as exc:
+                if regular:
+                    _truncate(fd, start)
+                raise OSError(
+                    exc.errno, f"{path}: cannot append the record ({exc.strerror})"
+                ) from None
+        finally:
+            os.close(fd)
 
     def write(self, record: dict, raw: dict | None = None) -> None:
         if self.path is None:
             return
         if raw is not None:
+            raw_size = _size(self.raw_path)
             self._append(self.raw_path, raw)
             record["raw_file"] = self.raw_path.name
+            try:
+                self._append(self.path, record)
+            except OSError:
+                _truncate_path(self.raw_path, raw_size)
+                raise
+            return
         self._append(self.path, record)
+
+
+def repair_torn_tail(path: Path) -> str | None:
+    """If ``path`` ends in a cut-off line, move that line to ``<path>.torn`` and cut it off.
+
+    A last line that is a whole JSON object only lacking its newline gets the newline.
+    Returns a message saying what was done, or None when the file was whole.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    with path.open("rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        start = size
+        while start > 0:  # back to the byte after the last newline
+            step = min(65536, start)
+            fh.seek(start - step)
+            chunk = fh.read(step)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                start = start - step + nl + 1
+                break
+            start -= step
+        fh.seek(start)
+        tail = fh.read()
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            fh.seek(size)
+            fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            return f"{path}: the last record lacked its newline; added it"
+        torn = path.with_name(path.name + ".torn")
+        with torn.open("ab") as out:
+            out.write(tail + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+        fh.truncate(start)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return (
+        f"{path}: a cut-off last line ({len(tail)} bytes, from an interrupted run) "
+        f"was moved to {torn.name}"
+    )
+
+
+def _size(path: Path) -> int | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _truncate(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
+
+
+def _truncate_path(path: Path, size: int | None) -> None:
+    """Undo an append to ``path`` (``size`` None: the file did not exist or is no file)."""
+    try:
+        if size is None:
+            if path.is_file():
+                path.unlink()
+        else:
+            os.truncate(path, size)
+    except OSError:
+        pass
 
 
 def _json_default(obj):

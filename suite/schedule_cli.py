@@ -16,8 +16,11 @@ import time
 
 from suite.errors import UsageError
 from suite.units import parse_size
+from suite.workloads import DEFAULT_SEED, check_memory
 
 DEFAULT_SIZE = "1M"
+#: Peak bytes per GPU-pair while a schedule is made (measured ~520 at 1000 and 2000 GPUs).
+SCHEDULE_BYTES_PER_ENTRY = 600
 
 
 def add_parser(subparsers) -> None:
@@ -66,7 +69,9 @@ def add_parser(subparsers) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", "-n", default=DEFAULT_SIZE,
                    help=f"mean bytes each rank sends (K/M/G; default {DEFAULT_SIZE})")  # fmt: skip
-    p.add_argument("--seed", type=int, default=None, help="seed (a spec's @SEED wins)")
+    p.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="workload seed (a spec's @SEED wins)"
+    )
     p.add_argument("--unit", type=int, default=1,
                    help="alignment unit in bytes (element size); entries are multiples of it")  # fmt: skip
 
@@ -76,6 +81,10 @@ def run_workload(args: argparse.Namespace) -> int:
 
     if args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1 (got {args.ranks})")
+    if args.output != "-":
+        from suite.results import check_output_path
+
+        check_output_path(args.output, "-o")
     d = generate(args.spec, args.ranks, parse_size(args.size), seed=args.seed, unit=args.unit,
                  index=args.index)  # fmt: skip
     if args.output == "-":
@@ -116,6 +125,8 @@ def run_schedule(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1 (got {args.repeats})")
     p = args.servers * args.gpus_per_node
+    check_memory(p, f"scheduling {p} GPUs (-s {args.servers} -g {args.gpus_per_node})",
+                 SCHEDULE_BYTES_PER_ENTRY)  # fmt: skip
     size = parse_size(args.size)
     d = generate(args.workload, p, size, seed=args.seed, unit=args.unit, index=args.index)
     opts = {

@@ -31,6 +31,7 @@ from kernels.model import tune as tune_model
 from suite import __version__, metrics, results
 from suite.errors import UsageError
 from suite.units import format_size, parse_size, size_sweep
+from suite.workloads import DEFAULT_SEED
 
 ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
@@ -77,7 +78,9 @@ def add_parser(sub) -> None:
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep factor")
     p.add_argument("--impls", default=None, help="implementations, comma-separated")
     p.add_argument("--workload", default="zipf:0.8", help="all-to-allv traffic (lists sweep)")
-    p.add_argument("--seed", type=int, default=1, help="workload seed (a spec's @SEED wins)")
+    p.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="workload seed (a spec's @SEED wins)"
+    )
     p.add_argument("-d", "--datatype", default=None, help="element type (bf16 for all-reduce)")
     p.add_argument(
         "-a", "--average", type=int, default=None, help="time shown: 0 rank0, 1 avg, 2 min, 3 max"
@@ -592,6 +595,8 @@ def run(args: argparse.Namespace) -> int:
         impls = _impls(args, ALLREDUCE_IMPLS)
         points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize)
     static = _static(args, fabric, dtype, reduction, params)
+    if args.out:
+        results.check_output_path(args.out, "--out")
     writer = results.RecordWriter(args.out)
     _print_header(args, fabric, reduction)
     group: list[dict] = []

@@ -125,6 +125,8 @@ def launches(
 def run_sweep(args) -> int:
     if args.np < 1 or args.np % args.gpus_per_node:
         raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        raise UsageError(f"--timeout {args.timeout}: give a finite number of seconds > 0")
     if args.cluster:
         from suite.cluster.cli import cluster_launcher
 

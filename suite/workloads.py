@@ -49,14 +49,19 @@ Laws:
   integer per line, each ``N*N`` integers one N x N token matrix, row = sender). Call
   ``index`` replays matrix ``index mod count``, so the traffic changes every call. The
   native rank count N comes from ``ranks=N``, else from an ``SxG`` pattern in the file
-  name (``4x8`` -> 32), else it is taken to be ``nranks``; it must equal ``nranks``.
+  name (``4x8`` -> 32), else it is taken to be ``nranks``; it must equal ``nranks``, and
+  ``ranks=N`` must agree with the file name's pattern when there is one.
   Without ``hidden=`` the token counts are weights scaled to ``size`` by the rule above;
   with ``hidden=H`` (and ``dtype=D`` bytes per element, default 2 = bf16) the bytes are
   the real ones, ``tokens * H * D`` (rounded up to a multiple of ``unit``), and ``size``
   is ignored.
 
-Seeds: ``@SEED`` in the spec wins over the ``seed`` argument, which defaults to 0, so a
-spec alone always names the same matrix.
+Seeds: ``@SEED`` in the spec wins over the ``seed`` argument, which defaults to
+:data:`DEFAULT_SEED` (1) in every command (``run``, ``simulate``, ``workload``,
+``schedule``), so a spec alone always names the same matrix.
+
+A matrix needs about :data:`WORK_BYTES_PER_ENTRY` bytes of working memory per entry while
+it is made; :func:`generate` refuses up front what would not fit in the memory available.
 """
 
 from __future__ import annotations
@@ -71,7 +76,10 @@ import numpy as np
 
 from suite.errors import UsageError
 
-DEFAULT_SEED = 0
+DEFAULT_SEED = 1
+#: Peak bytes per matrix entry while a law is generated (float weights, a permutation,
+#: apportion's remainders, indices and sort order; measured peak about 70).
+WORK_BYTES_PER_ENTRY = 96
 MOE_TOKENS_PER_RANK = 4096
 KINDS = (
     "uniform",
@@ -197,6 +205,7 @@ def generate(
         raise UsageError(f"size must not be negative (got {size})")
     if unit < 1:
         raise UsageError(f"alignment unit must be a positive number of bytes (got {unit})")
+    check_memory(nranks, f"a {nranks}x{nranks} traffic matrix", WORK_BYTES_PER_ENTRY)
     rng = np.random.default_rng(w.seed if w.seed is not None else _seed(seed))
     p = nranks
     if w.kind == "uniform":
@@ -224,15 +233,54 @@ def generate(
             raise UsageError(
                 f"{w.args[0]}: matrix is {m.shape[0]}x{m.shape[1]} but the run has {p} ranks"
             )
-        bad = np.argwhere(m % unit)
-        if len(bad):
-            i, j = bad[0]
-            raise UsageError(
-                f"{w.args[0]}: entry [{i}][{j}] = {m[i, j]} is not a multiple of the "
-                f"{unit}-byte unit"
-            )
+        _check_unit(m, w.args[0], unit)
         return m
     return _trace(w, p, size, unit, index)
+
+
+def check_local_inputs(spec: str, unit: int = 1) -> None:
+    """Check a ``file:`` or ``trace:`` workload's file now, when it is readable here (before
+    MPI starts); the rank count is checked later, when it is known."""
+    w = parse_workload(spec)
+    path = w.args[0] if w.kind in ("file", "trace") else None
+    if path is None or not os.path.isfile(path) or not os.access(path, os.R_OK):
+        return
+    if w.kind == "file":
+        try:
+            m = read_matrix(path)
+        except ValueError as exc:
+            raise UsageError(f"--workload {spec}: {exc}") from None
+        _check_unit(m, path, unit)
+        return
+    native = _native_ranks(w)
+    if native is not None:
+        _load_trace(str(Path(path).resolve()), native)
+
+
+def check_memory(entries_side: int, what: str, bytes_per_entry: float) -> None:
+    """``UsageError`` when ``entries_side**2 * bytes_per_entry`` exceeds available memory."""
+    need = float(entries_side) ** 2 * bytes_per_entry
+    have = available_memory()
+    if have is not None and need > have:
+        raise UsageError(
+            f"{what} needs about {need / 2**30:.1f} GiB of memory while it is made, more than "
+            f"the {have / 2**30:.1f} GiB available: use fewer ranks"
+        )
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def apportion(weights: np.ndarray, units: int) -> np.ndarray:
@@ -316,6 +364,15 @@ def read_matrix(path: str | os.PathLike) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _check_unit(m: np.ndarray, path: str, unit: int) -> None:
+    bad = np.argwhere(m % unit)
+    if len(bad):
+        i, j = bad[0]
+        raise UsageError(
+            f"{path}: entry [{i}][{j}] = {m[i, j]} is not a multiple of the {unit}-byte unit"
+        )
 
 
 def _split_seed(text: str) -> tuple[str, int | None]:
@@ -421,7 +478,7 @@ def _route(rng: np.random.Generator, gate: np.ndarray, topk: int) -> np.ndarray:
 
 def _trace(w: Workload, p: int, size: int, unit: int, index: int) -> np.ndarray:
     path = w.args[0]
-    native = w.options.get("ranks") or _ranks_from_name(path) or p
+    native = _native_ranks(w) or p
     if native != p:
         raise UsageError(
             f"trace {path} holds {native}-rank matrices but the run has {p} ranks: "
@@ -434,6 +491,17 @@ def _trace(w: Workload, p: int, size: int, unit: int, index: int) -> np.ndarray:
         raw = tokens * per_token
         return -(-raw // unit) * unit
     return apportion(tokens.astype(np.float64), p * size // unit) * unit
+
+
+def _native_ranks(w: Workload) -> int | None:
+    """A trace's rank count from ``ranks=N`` or its file name; they must agree."""
+    given, named = w.options.get("ranks"), _ranks_from_name(w.args[0])
+    if given is not None and named is not None and given != named:
+        raise UsageError(
+            f"trace {w.args[0]}: ranks={given} but the file name says {named} ranks: "
+            f"drop ranks= or rename the file if its name is wrong"
+        )
+    return given or named
 
 
 def _ranks_from_name(path: str) -> int | None:

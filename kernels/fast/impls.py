@@ -63,6 +63,7 @@ class _Fast:
     name = "fast"
     allowed: tuple[str, ...] = SCHEDULE_OPTIONS
     others: tuple[str, ...] = ()  # the subclass's own --param keys, taken out before
+    PARAMS = (*SCHEDULE_OPTIONS, "groups")
     fixed: dict = {}
 
     def __init__(self, transport, params: dict) -> None:
@@ -135,6 +136,7 @@ class FastSched(_Fast):
 
     name = "fast+sched"
     others = ("ahead",)
+    PARAMS = (*_Fast.PARAMS, *others)
 
     def __init__(self, transport, params: dict) -> None:
         params = dict(params)
@@ -198,4 +200,5 @@ class BalanceOnly(_Fast):
 
     name = "balance-only"
     allowed = ()
+    PARAMS = ("groups",)
     fixed = {"max_stages": 0, "balance": "prologue"}

@@ -30,15 +30,18 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_POLL_SLEEP_US = 20.0
 
 
+PARAM_TYPES = {
+    "timeout_s": float,
+    "chunk_bytes": int,
+    "blocks": int,
+    "threads": int,
+    "poll_sleep_us": float,
+}
+
+
 def parse_params(params: dict[str, Any] | None) -> dict[str, Any]:
     """Typed NVRAR params from ``--param key=value`` strings; unknown keys are an error."""
-    known = {
-        "timeout_s": float,
-        "chunk_bytes": int,
-        "blocks": int,
-        "threads": int,
-        "poll_sleep_us": float,
-    }
+    known = PARAM_TYPES
     out: dict[str, Any] = {}
     for key, value in (params or {}).items():
         if key not in known:
@@ -65,6 +68,8 @@ GPU_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
 @register("allreduce", "nvrar", backends=("cpu", "cuda"), env=GPU_ENV)
 class Nvrar:
     """NVRAR: intra-node reduce-scatter, inter-node LL8 recursive doubling, all-gather."""
+
+    PARAMS = tuple(PARAM_TYPES)
 
     def __init__(self, transport: Any, params: dict[str, Any] | None = None) -> None:
         self.t = transport
