@@ -333,7 +333,7 @@ def run_check(check: Check, timeout_s: float) -> Result:
             res.details["stderr"] = stderr[-2000:]
         return res
     if code is None:
-        return Result(check.name, FAILED, seconds, f"timed out after {timeout_s:g} s (killed)",
+        return Result(check.name, FAILED, seconds, f"timed out after {round(timeout_s, 1):g} s (killed)",
                       {"stderr": stderr[-2000:]})  # fmt: skip
     if check.func:
         return Result(check.name, FAILED, seconds, f"exit status {code} with no result "

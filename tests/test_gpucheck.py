@@ -6,6 +6,7 @@ the loopback's expected result). The checks themselves need a GPU."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
 def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path):
     checks = [fake("hangs", "hangs", timeout_s=300), fake("passes", "passes")]
     results = run_all(checks, tmp_path, budget_s=7, echo=lambda _: None)
-    assert results[0].status == FAILED and results[0].error.startswith("timed out after 7 s")
+    timed_out = re.match(r"timed out after ([\d.]+) s \(killed\)", results[0].error)
+    assert results[0].status == FAILED and timed_out, results[0].error
+    assert 6 <= float(timed_out.group(1)) <= 7  # the budget left when it started, not 300 s
     assert results[1].status == FAILED and results[1].error.startswith("not run: the time budget")
     assert json.loads((tmp_path / "summary.json").read_text())["counts"][FAILED] == 2
 
