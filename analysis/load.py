@@ -4,7 +4,7 @@ Two kinds of records share the files and are told apart by ``collective``:
 
 **Measured or modelled points** (``collective`` = ``allreduce``, ``alltoall``, ``alltoallv``,
 ...), written by ``commbench run`` and, with ``modelled: true`` and ``backend: "model"``,
-by ``commbench simulate``. The fields are those of ``harness.md``; the ones the figures
+by ``commbench simulate``. The fields are those :mod:`suite.results` writes; the ones the figures
 use are ``system, nodes, gpus_per_node, nranks, backend, collective, impl, params, dtype,
 size_bytes, metric_bytes, workload, time_us, time_us_min, time_us_avg, time_us_max,
 time_reduction,
