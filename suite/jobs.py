@@ -576,31 +576,53 @@ def read_site_file(path: Path | None, environ: Mapping[str, str]) -> tuple[Path 
     return (p, load_toml(p)) if p.is_file() else (None, {})
 
 
+def _site_file_model(profile: Profile) -> type:
+    """The typed ``[SYSTEM]`` table of a site file (a pydantic model): the profile's site
+    keys (strings) and :data:`SITE_FILE_EXTRAS`."""
+    import pydantic
+
+    from suite.config import STRICT
+
+    fields: dict[str, Any] = {key: (str | None, None) for key in profile.site}
+    fields.update(
+        {
+            key: (list[str] | None, None)
+            for key in ("modules", "pre_run", "post_run", "extra_sbatch")
+        },
+        max_nodes=(int | None, pydantic.Field(None, ge=1)),
+        max_walltime=(str | None, None),
+    )
+    return pydantic.create_model(f"SiteFile_{profile.name}", __config__=STRICT, **fields)
+
+
 def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profile, dict[str, str]]:
     """Apply a site file's ``[SYSTEM]`` table: returns the profile and its site values."""
-    t = _Table(table, f"{where} [{profile.name}]")
-    values = {}
-    for key in profile.site:
-        value = t.text(key) if key in t.data else None
-        if value is not None:
-            values[key] = value
-    changes: dict[str, Any] = {}
-    for key in ("modules", "pre_run", "post_run", "extra_sbatch"):
-        if key in t.data:
-            changes[key] = t.strs(key)
-    if "max_nodes" in t.data or "max_walltime" in t.data:
-        lim = profile.limits
-        changes["limits"] = Limit(
-            t.integer("max_nodes", lim.max_nodes),
-            _walltime_field(t, "max_walltime") or lim.max_walltime_s,
-        )
-    extra = sorted(set(t.data) - t.used)
+    where = f"{where} [{profile.name}]"
+    allowed = [*profile.site, *SITE_FILE_EXTRAS]
+    extra = sorted(set(table) - set(allowed)) if isinstance(table, Mapping) else []
     if extra:
-        allowed = ", ".join([*profile.site, *SITE_FILE_EXTRAS])
-        raise UsageError(f"{t.where}: unknown key(s) {', '.join(extra)} (allowed: {allowed})")
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(extra)} (allowed: {', '.join(allowed)})"
+        )
+    from suite.config import parse
+
+    site = parse(_site_file_model(profile), table, where)
+    values = {key: getattr(site, key) for key in profile.site if getattr(site, key) is not None}
+    changes: dict[str, Any] = {
+        key: tuple(getattr(site, key))
+        for key in ("modules", "pre_run", "post_run", "extra_sbatch")
+        if getattr(site, key) is not None
+    }
+    if site.max_nodes is not None or site.max_walltime is not None:
+        lim = profile.limits
+        walltime = None if site.max_walltime is None else parse_walltime(site.max_walltime)
+        changes["limits"] = Limit(
+            site.max_nodes if site.max_nodes is not None else lim.max_nodes,
+            walltime or lim.max_walltime_s,
+        )
     profile = dataclasses.replace(profile, **changes)
     for opt in profile.extra_sbatch:
-        check_extra_option(profile, opt, t.where)
+        check_extra_option(profile, opt, where)
     return profile, values
 
 

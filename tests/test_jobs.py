@@ -466,6 +466,13 @@ def test_site_file(tmp_path):
     assert p.limits.max_nodes == 16
     with pytest.raises(UsageError, match="unknown key.*acount.*allowed: account"):
         jobs.apply_site_file(jobs.load_profile("vista"), {"acount": "x"}, "f")
+    vista = jobs.load_profile("vista")
+    with pytest.raises(UsageError, match=r"^f \[vista\]: account: must be a string, not 3$"):
+        jobs.apply_site_file(vista, {"account": 3}, "f")
+    with pytest.raises(UsageError, match=r"^f \[vista\]: modules\.1: must be a string, not 1$"):
+        jobs.apply_site_file(vista, {"modules": ["cuda", 1]}, "f")
+    with pytest.raises(UsageError, match=r"max_nodes: must be greater than or equal to 1"):
+        jobs.apply_site_file(vista, {"max_nodes": 0}, "f")
     with pytest.raises(UsageError, match="vista rejects sbatch option --mem"):
         jobs.apply_site_file(jobs.load_profile("vista"), {"extra_sbatch": ["--mem=8G"]}, "f")
     with pytest.raises(UsageError, match="does not exist"):
