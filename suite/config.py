@@ -8,10 +8,12 @@ quoted number stays an error), like the TOML they read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic
+from pydantic import BaseModel, Field
 
 from suite.errors import UsageError
 
@@ -30,16 +32,16 @@ _KIND = {
 }
 
 
-def _message(err: Mapping[str, Any]) -> str:
+def _message(key: str, err: Mapping[str, Any]) -> str:
     kind = err["type"]
     if kind == "missing":
-        return "missing"
+        return f"missing key {key!r}"
     if kind == "extra_forbidden":
-        return "unknown key"
+        return f"unknown key(s) {key}"
     if kind in _KIND:
-        return f"{_KIND[kind]}, not {err['input']!r}"
+        return f"{key} {_KIND[kind]}, not {err['input']!r}"
     text = str(err["msg"]).removeprefix("Value error, ")
-    return text.replace("Input should be", "must be", 1)
+    return f"{key} {re.sub(r'^[A-Z][a-z]* should ', 'must ', text)}"
 
 
 def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
@@ -50,8 +52,47 @@ def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
     try:
         return model.model_validate({**data, **extra})
     except pydantic.ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"])
-            problems.append(f"{key}: {_message(err)}" if key else _message(err))
+        problems = [_message(".".join(str(p) for p in err["loc"]), err) for err in exc.errors()]
         raise UsageError(f"{where}: {'; '.join(problems)}") from None
+
+
+# ---------------------------------------------------------------- profile tables
+
+
+class FabricTable(BaseModel):
+    """``[fabric]`` of a system profile (see :class:`suite.jobs.Fabric`)."""
+
+    model_config = STRICT
+
+    scaleup: str
+    scaleup_GBps: float = Field(ge=0)
+    scaleup_peer_GBps: float = Field(ge=0)
+    scaleup_latency_us: float = Field(ge=0)
+    scaleout: str
+    scaleout_GBps: float = Field(ge=0)
+    scaleout_latency_us: float = Field(ge=0)
+    nics_per_node: int = Field(ge=1)
+    stage_cost_us: float = Field(ge=0)
+    msg_us: float | None = Field(None, ge=0)
+    proxy_us: float | None = Field(None, ge=0)
+    put_us: float | None = Field(None, ge=0)
+    reduce_GBps: float | None = Field(None, ge=0)
+    switch_buffer_MB: float | None = Field(None, ge=0)
+    incast_lossless: float | None = Field(None, ge=0)
+    incast_lossy: float | None = Field(None, ge=0)
+    flow_control: Literal["lossless", "lossy"] | None = None
+    nccl_ll128: bool | None = None
+    sources: dict[str, str] = {}
+
+
+class SiteKeyTable(BaseModel):
+    """``[site.NAME]`` of a system profile (see :class:`suite.jobs.SiteKey`)."""
+
+    model_config = STRICT
+
+    help: str = ""
+    default: str = ""
+    required: bool = False
+    multinode_only: bool = False
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    option: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]*$")

@@ -160,14 +160,6 @@ class _Table:
             raise UsageError(f"{self.where}: {key} must be an integer, not {value!r}")
         return value
 
-    def num(self, key: str, required: bool = True) -> float:
-        value = self._get(key, None, required)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"{self.where}: {key} must be a number, not {value!r}")
-        if value < 0:
-            raise UsageError(f"{self.where}: {key} must not be negative ({value})")
-        return float(value)
-
     def flag(self, key: str, default: bool = False) -> bool:
         value = self._get(key, default, False)
         if not isinstance(value, bool):
@@ -256,7 +248,6 @@ FABRIC_OPTIONAL = (
     "incast_lossless",
     "incast_lossy",
 )
-FLOW_CONTROLS = ("lossless", "lossy")
 
 FABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Fabric) if f.name != "sources")
 
@@ -372,25 +363,14 @@ def _limit(t: _Table) -> Limit:
     return lim
 
 
-def _site_key(name: str, t: _Table) -> SiteKey:
+def _site_key(name: str, data: Any, where: str) -> SiteKey:
+    from suite.config import SiteKeyTable, parse
+
     if not _ENV_NAME_RE.match(name) or name != name.lower():
-        raise UsageError(f"{t.where}: site key {name!r} must be lower_case_with_underscores")
-    key = SiteKey(
-        name=name,
-        help=t.text("help", ""),
-        default=t.text("default", ""),
-        required=t.flag("required"),
-        multinode_only=t.flag("multinode_only"),
-        env=t.text("env"),
-        option=t.text("option"),
-    )
-    t.done()
-    if key.env is not None and not _ENV_NAME_RE.match(key.env):
-        raise UsageError(f"{t.where}: env {key.env!r} is not a variable name")
-    if key.option is not None and not re.match(r"^[a-z][a-z0-9-]*$", key.option):
-        raise UsageError(f"{t.where}: option {key.option!r}: give the long name, e.g. 'account'")
+        raise UsageError(f"{where}: site key {name!r} must be lower_case_with_underscores")
+    key = SiteKey(name=name, **parse(SiteKeyTable, data, where).model_dump())
     if key.env and key.option:
-        raise UsageError(f"{t.where}: give env or option, not both")
+        raise UsageError(f"{where}: give env or option, not both")
     return key
 
 
@@ -465,7 +445,7 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     env_partial = _env_map(top, "env_partial_node")
 
     site_t = top.table("site")
-    site = {k: _site_key(k, site_t.table(k)) for k in sorted(site_t.data)}
+    site = {k: _site_key(k, site_t.data[k], f"{site_t.where} [{k}]") for k in sorted(site_t.data)}
     site_t.used.update(site_t.data)
     if "python" in site:
         raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
@@ -480,28 +460,10 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     qos_t.used.update(qos_t.data)
     lim_t.done()
 
-    fab = top.table("fabric", required=True)
-    fabric = Fabric(
-        scaleup=fab.text("scaleup", required=True),
-        scaleup_GBps=fab.num("scaleup_GBps"),
-        scaleup_peer_GBps=fab.num("scaleup_peer_GBps"),
-        scaleup_latency_us=fab.num("scaleup_latency_us"),
-        scaleout=fab.text("scaleout", required=True),
-        scaleout_GBps=fab.num("scaleout_GBps"),
-        scaleout_latency_us=fab.num("scaleout_latency_us"),
-        nics_per_node=fab.integer("nics_per_node", required=True),
-        stage_cost_us=fab.num("stage_cost_us"),
-        **{k: fab.num(k, required=False) if k in fab.data else None for k in FABRIC_OPTIONAL},
-        flow_control=fab.text("flow_control"),
-        nccl_ll128=fab.flag("nccl_ll128") if "nccl_ll128" in fab.data else None,
-        sources=fab.str_map("sources"),
-    )
-    if fabric.flow_control not in (None, *FLOW_CONTROLS):
-        raise UsageError(
-            f"{fab.where}: flow_control must be one of {', '.join(FLOW_CONTROLS)} "
-            f"(got {fabric.flow_control!r})"
-        )
-    fab.done()
+    from suite.config import FabricTable, parse
+
+    fabric_data = top._get("fabric", None, True)
+    fabric = Fabric(**parse(FabricTable, fabric_data, f"{path} [fabric]").model_dump())
 
     calibration = None
     if "calibration" in top.data:

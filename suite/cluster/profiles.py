@@ -59,5 +59,5 @@ def load_emulated_profile(name: str, folder: Path = EMULATED_DIR) -> EmulatedPro
         )
     data = load_toml(path)
     if "name" in data:
-        raise UsageError(f"{path}: name: unknown key (the file name is the profile's name)")
+        raise UsageError(f"{path}: unknown key(s) name (the file name is the profile's name)")
     return parse(EmulatedProfile, data, str(path), name=name)
