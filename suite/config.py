@@ -96,3 +96,47 @@ class SiteKeyTable(BaseModel):
     multinode_only: bool = False
     env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     option: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]*$")
+
+
+class DevicesTable(BaseModel):
+    """``[devices]``: what a node holds (``servers_per_node`` > 1 only when emulating)."""
+
+    model_config = STRICT
+
+    backend: str
+    vendor: str
+    model: str
+    gpus_per_node: int = Field(ge=1)
+    servers_per_node: int = Field(1, ge=1)
+
+
+class NicsTable(BaseModel):
+    model_config = STRICT
+
+    model: str
+
+
+class RunTable(BaseModel):
+    """``[run]``: the Python on the nodes and what runs around commbench."""
+
+    model_config = STRICT
+
+    python: str
+    modules: list[str] = []
+    pre_run: list[str] = []
+    post_run: list[str] = []
+    extra_sbatch: list[str] = []
+
+
+class LimitTable(BaseModel):
+    model_config = STRICT
+
+    max_nodes: int | None = Field(None, ge=1)
+    max_walltime: str | None = None
+
+
+class LimitsTable(LimitTable):
+    """``[limits]`` with its ``[limits.partition.NAME]`` and ``[limits.qos.NAME]``."""
+
+    partition: dict[str, LimitTable] = {}
+    qos: dict[str, LimitTable] = {}

@@ -351,16 +351,10 @@ def load_fabric(name: str) -> Fabric:
     return load_profile(name).fabric
 
 
-def _walltime_field(t: _Table, key: str) -> int | None:
-    text = t.text(key)
-    return None if text is None else parse_walltime(text)
-
-
-def _limit(t: _Table) -> Limit:
-    lim = Limit(t.integer("max_nodes"), _walltime_field(t, "max_walltime"))
-    if lim.max_nodes is not None and lim.max_nodes < 1:
-        raise UsageError(f"{t.where}: max_nodes must be at least 1")
-    return lim
+def _limit(table: Any) -> Limit:
+    """A :class:`Limit` from a parsed ``LimitTable``."""
+    walltime = None if table.max_walltime is None else parse_walltime(table.max_walltime)
+    return Limit(table.max_nodes, walltime)
 
 
 def _site_key(name: str, data: Any, where: str) -> SiteKey:
@@ -392,22 +386,19 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     if top.text("scheduler", "slurm") != "slurm":
         raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
 
-    dev = top.table("devices", required=True)
-    backend = dev.text("backend", required=True)
-    if backend not in BACKENDS:
-        raise UsageError(f"{dev.where}: backend must be one of {', '.join(BACKENDS)}")
-    vendor, model = dev.text("vendor", required=True), dev.text("model", required=True)
-    gpus = dev.integer("gpus_per_node", required=True)
-    servers = dev.integer("servers_per_node", 1)
-    if gpus < 1 or servers < 1:
-        raise UsageError(f"{dev.where}: gpus_per_node and servers_per_node must be >= 1")
-    if servers > 1 and backend != "cpu":
-        raise UsageError(f"{dev.where}: servers_per_node > 1 only emulates (backend cpu)")
-    dev.done()
+    from suite.config import DevicesTable, FabricTable, LimitsTable, NicsTable, RunTable, parse
 
-    nics = top.table("nics", required=True)
-    nic_model = nics.text("model", required=True)
-    nics.done()
+    def typed(model, key: str):
+        return parse(model, top._get(key, None, True), f"{path} [{key}]")
+
+    dev = typed(DevicesTable, "devices")
+    backend, vendor, model = dev.backend, dev.vendor, dev.model
+    gpus, servers = dev.gpus_per_node, dev.servers_per_node
+    if backend not in BACKENDS:
+        raise UsageError(f"{path} [devices]: backend must be one of {', '.join(BACKENDS)}")
+    if servers > 1 and backend != "cpu":
+        raise UsageError(f"{path} [devices]: servers_per_node > 1 only emulates (backend cpu)")
+    nic_model = typed(NicsTable, "nics").model
 
     res = top.table("resources", required=True)
     cpus_per_task = res.integer("cpus_per_task")
@@ -433,12 +424,10 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
     launch.done()
 
-    run = top.table("run", required=True)
-    python = run.text("python", required=True)
-    modules = run.strs("modules")
-    pre_run, post_run = run.strs("pre_run"), run.strs("post_run")
-    extra_sbatch = run.strs("extra_sbatch")
-    run.done()
+    run = typed(RunTable, "run")
+    python, modules = run.python, tuple(run.modules)
+    pre_run, post_run = tuple(run.pre_run), tuple(run.post_run)
+    extra_sbatch = tuple(run.extra_sbatch)
 
     env = _env_map(top, "env")
     env_multinode = _env_map(top, "env_multinode")
@@ -451,19 +440,12 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
     site["python"] = SiteKey("python", "the Python that runs commbench on the nodes", python)
 
-    lim_t = top.table("limits", required=True)
-    part_t, qos_t = lim_t.table("partition"), lim_t.table("qos")
-    limits = _limit(lim_t)
-    partition_limits = {p: _limit(part_t.table(p)) for p in part_t.data}
-    qos_limits = {q: _limit(qos_t.table(q)) for q in qos_t.data}
-    part_t.used.update(part_t.data)
-    qos_t.used.update(qos_t.data)
-    lim_t.done()
+    lims = typed(LimitsTable, "limits")
+    limits = _limit(lims)
+    partition_limits = {name: _limit(t) for name, t in lims.partition.items()}
+    qos_limits = {name: _limit(t) for name, t in lims.qos.items()}
 
-    from suite.config import FabricTable, parse
-
-    fabric_data = top._get("fabric", None, True)
-    fabric = Fabric(**parse(FabricTable, fabric_data, f"{path} [fabric]").model_dump())
+    fabric = Fabric(**typed(FabricTable, "fabric").model_dump())
 
     calibration = None
     if "calibration" in top.data:
