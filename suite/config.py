@@ -140,3 +140,25 @@ class LimitsTable(LimitTable):
 
     partition: dict[str, LimitTable] = {}
     qos: dict[str, LimitTable] = {}
+
+
+class ResourcesTable(BaseModel):
+    """``[resources]``: how a job asks Slurm for CPUs and GPUs."""
+
+    model_config = STRICT
+
+    cpus_per_task: int | None = Field(None, ge=1)
+    gpu_option: str = "gpus-per-node"
+    exclusive: bool = False
+    forbidden: list[str] = []
+
+
+class CalibrationTable(BaseModel):
+    """``[calibration]``: the ``NCCL_DEBUG=INFO`` run of multi-node GPU jobs."""
+
+    model_config = STRICT
+
+    collective: str = "allreduce"
+    impl: str
+    size: str = "1M"
+    pattern: str

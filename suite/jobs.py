@@ -386,7 +386,16 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     if top.text("scheduler", "slurm") != "slurm":
         raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
 
-    from suite.config import DevicesTable, FabricTable, LimitsTable, NicsTable, RunTable, parse
+    from suite.config import (
+        CalibrationTable,
+        DevicesTable,
+        FabricTable,
+        LimitsTable,
+        NicsTable,
+        ResourcesTable,
+        RunTable,
+        parse,
+    )
 
     def typed(model, key: str):
         return parse(model, top._get(key, None, True), f"{path} [{key}]")
@@ -400,14 +409,11 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         raise UsageError(f"{path} [devices]: servers_per_node > 1 only emulates (backend cpu)")
     nic_model = typed(NicsTable, "nics").model
 
-    res = top.table("resources", required=True)
-    cpus_per_task = res.integer("cpus_per_task")
-    gpu_option = res.text("gpu_option", "gpus-per-node")
+    res = typed(ResourcesTable, "resources")
+    cpus_per_task, gpu_option, exclusive = res.cpus_per_task, res.gpu_option, res.exclusive
     if gpu_option not in GPU_OPTIONS:
-        raise UsageError(f"{res.where}: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
-    exclusive = res.flag("exclusive")
-    forbidden = tuple(canonical_option(o, res.where) for o in res.strs("forbidden"))
-    res.done()
+        raise UsageError(f"{path} [resources]: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
+    forbidden = tuple(canonical_option(o, f"{path} [resources]") for o in res.forbidden)
 
     launch = top.table("launch", required=True)
     default_launcher = launch.text("default", required=True)
@@ -449,15 +455,13 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
 
     calibration = None
     if "calibration" in top.data:
-        cal = top.table("calibration")
-        calibration = Calibration(
-            collective=cal.text("collective", "allreduce"),
-            impl=cal.text("impl", required=True),
-            size=format_size(parse_size(cal.text("size", "1M"))),
-            pattern=cal.text("pattern", required=True),
-        )
-        cal.done()
-        re.compile(calibration.pattern)
+        cal = typed(CalibrationTable, "calibration")
+        size = format_size(parse_size(cal.size))
+        calibration = Calibration(cal.collective, cal.impl, size, cal.pattern)
+        try:
+            re.compile(calibration.pattern)
+        except re.error as exc:
+            raise UsageError(f"{path} [calibration]: pattern is not a regex: {exc}") from None
     emulated_cluster = top.flag("emulated_cluster")
     top.done()
 
