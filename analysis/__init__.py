@@ -1,4 +1,4 @@
-"""Figures, tables and reports from commbench result records (``analysis.md``).
+"""Figures, tables and reports from commbench result records.
 
 Public API (imported lazily, so ``import analysis`` costs nothing until used)::
 

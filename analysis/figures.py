@@ -1,4 +1,4 @@
-"""The seven figures of ``analysis.md``; each returns a Figure and saves PNG + SVG.
+"""The seven figures of the report; each returns a Figure and saves PNG + SVG.
 
 Every ``figure_N(data, out_dir=None, ...)`` takes the DataFrame of
 :func:`analysis.load.load_results` (figure 4: of :func:`analysis.load.load_schedules`),

@@ -4,7 +4,7 @@ Two kinds of records share the files and are told apart by ``collective``:
 
 **Measured or modelled points** (``collective`` = ``allreduce``, ``alltoall``, ``alltoallv``,
 ...), written by ``commbench run`` and, with ``modelled: true`` and ``backend: "model"``,
-by ``commbench simulate``. The fields are those of ``harness.md``; the ones the figures
+by ``commbench simulate``. The fields are those :mod:`suite.results` writes; the ones the figures
 use are ``system, nodes, gpus_per_node, nranks, backend, collective, impl, params, dtype,
 size_bytes, metric_bytes, workload, time_us, time_us_min, time_us_avg, time_us_max,
 time_reduction,
@@ -429,7 +429,9 @@ VERSION_KEYS = (
 
 
 def run_metadata(points: pd.DataFrame) -> pd.DataFrame:
-    """One row per run (``run_id`` within a results folder): what ran, where, with what.
+    """One row per run (``run_id`` within a results folder), system and kind (a ``make run``
+    folder holds measured local records and modelled ones of other systems): what ran,
+    where, with what.
 
     Columns: ``run_id, folder, system, kind, backend, nodes, gpus_per_node, records,
     collectives, impls, first, last`` (timestamps), ``git_sha``, ``versions`` (short text)
@@ -447,14 +449,15 @@ def run_metadata(points: pd.DataFrame) -> pd.DataFrame:
         run_key=points["run_id"].fillna("").astype(str),
     )
     rows = []
-    for (folder, run), part in data.groupby(["folder", "run_key"], sort=True):
+    keys = ["folder", "run_key", "system", "kind"]
+    for (folder, run, system, kind), part in data.groupby(keys, sort=True, dropna=False):
         first = part.iloc[0]
         rows.append(
             {
                 "run_id": run,
                 "folder": folder,
-                "system": first["system"],
-                "kind": ", ".join(sorted(set(part["kind"]))),
+                "system": system,
+                "kind": kind,
                 "backend": ", ".join(sorted({str(b) for b in part["backend"].dropna()})),
                 "nodes": first["nodes"],
                 "gpus_per_node": first["gpus_per_node"],

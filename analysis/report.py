@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from analysis.figures import render_all
 from analysis.load import load_all, load_reference, result_files, run_metadata
+from analysis.scorecard import scorecard
 from analysis.style import binary_label
 from analysis.tables import (
     best_table,
@@ -46,6 +47,7 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #e
 figcaption { font-size: .9em; color: #555; }
 .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
 .meta td, .meta th { text-align: left; }
+summary { cursor: pointer; margin: .8em 0; font-size: 1.1em; }
 </style></head><body>
 <h1>{{ title }}</h1>
 <p>Generated {{ generated }} by <code>commbench report</code> from {{ nfiles }} result file(s):
@@ -54,12 +56,17 @@ record(s). Curves are labelled <b>measured</b> (solid) or <b>modelled</b> (dashe
 "paper:" marks are the published numbers, never our measurements. Bands show the spread
 (min–max over ranks and repetitions).</p>
 {% if notes %}<div class="note">{% for n in notes %}<p>{{ n }}</p>{% endfor %}</div>{% endif %}
-<h2>Inputs</h2>
+<h2>{{ scorecard.title }}</h2>
+<p>{{ scorecard.text }}</p>
+{% if scorecard.table %}{{ scorecard.table | safe }}{% else %}<p><i>{{ scorecard.empty }}</i></p>{% endif %}
+<details><summary><b>Inputs</b></summary>
 {{ inputs | safe }}
+</details>
 {% for section in sections %}
-<h2>{{ section.title }}</h2>
+<details><summary><b>{{ section.title }}</b></summary>
 {% if section.text %}<p>{{ section.text }}</p>{% endif %}
 {% if section.table %}{{ section.table | safe }}{% else %}<p><i>{{ section.empty }}</i></p>{% endif %}
+</details>
 {% endfor %}
 <h2>Figures</h2>
 {% for fig in figures %}
@@ -244,12 +251,26 @@ def present_runs(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _scorecard_section(points, schedules, ref) -> dict:
+    return {
+        "title": "Reproduction scorecard",
+        "text": "Each headline claim of the two papers, the paper's number, ours and how ours "
+        "was obtained (measured on a GPU, measured with the CPU backend on this machine or the "
+        "emulated cluster, or modelled by the cost model), and a verdict against the paper's "
+        "band. Claims with no matching records in these results are left out; the long "
+        "tables below are folded.",
+        "table": scorecard(points, schedules, ref),
+        "empty": "no records bear on the papers' claims",
+    }
+
+
 def _sections(points, ref, rates) -> list[dict]:
     return [
         {
             "title": "Runs",
-            "text": "Each run's system, layout, software versions and, for batch jobs, the "
-            "job's sentinel (ready / error) found next to its results.",
+            "text": "One row per run, system and kind (measured / modelled): its layout, "
+            "software versions and, for batch jobs, the job's sentinel (ready / error) found "
+            "next to its results.",
             "table": present_runs(run_metadata(points)),
             "empty": "no runs",
         },
@@ -326,6 +347,7 @@ def write_report(
             f"{nwrong} wrong element(s) reported by correctness checks: see the #wrong column of the runs."
         )
     sections = _sections(points, ref, known)
+    card = _scorecard_section(points, schedules, ref)
     inputs = _inputs_table(points, schedules, files)
     out.parent.mkdir(parents=True, exist_ok=True)
     common = {
@@ -353,6 +375,7 @@ def write_report(
         page = env.from_string(_TEMPLATE).render(
             **common,
             inputs=_html_table(inputs),
+            scorecard={**card, "table": _html_table(card["table"])},
             sections=[{**s, "table": _html_table(s["table"])} for s in sections],
             figures=figures,
         )
@@ -370,14 +393,17 @@ def write_report(
         "",
     ]
     lines += [f"> {n}" for n in notes] + ([""] if notes else [])
-    lines += ["## Inputs", "", _md_table(inputs), ""]
-    for s in sections:
+    lines += [f"## {card['title']}", "", card["text"], ""]
+    lines += [_md_table(card["table"]) or f"*{card['empty']}*", ""]
+    for s in [{"title": "Inputs", "text": "", "table": inputs, "empty": "no inputs"}, *sections]:
         lines += [
-            f"## {s['title']}",
+            f"<details><summary><b>{s['title']}</b></summary>",
             "",
             s["text"],
             "",
             _md_table(s["table"]) or f"*{s['empty']}*",
+            "",
+            "</details>",
             "",
         ]
     lines += ["## Figures", ""]

@@ -1,4 +1,4 @@
-"""Figure conventions shared by every figure (``analysis.md``).
+"""Figure conventions shared by every figure.
 
 Figures are built with :class:`matplotlib.figure.Figure` on an explicit Agg canvas, never
 through ``pyplot``: no global state, no GUI, safe in tests and batch jobs.

@@ -2,7 +2,7 @@
 
 nccl-tests' shape: one harness (sizes, timing, bandwidth, checking, printing, records) and
 each implementation a plug-in from :mod:`kernels.registry`. Flags mean what they mean in
-nccl-tests (see ``shared/spec/harness.md``).
+nccl-tests (``-b/-e/-f``, ``-n/-w``, ``-c``, algbw/busbw).
 """
 
 from __future__ import annotations

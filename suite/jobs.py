@@ -160,14 +160,6 @@ class _Table:
             raise UsageError(f"{self.where}: {key} must be an integer, not {value!r}")
         return value
 
-    def num(self, key: str, required: bool = True) -> float:
-        value = self._get(key, None, required)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"{self.where}: {key} must be a number, not {value!r}")
-        if value < 0:
-            raise UsageError(f"{self.where}: {key} must not be negative ({value})")
-        return float(value)
-
     def flag(self, key: str, default: bool = False) -> bool:
         value = self._get(key, default, False)
         if not isinstance(value, bool):
@@ -256,7 +248,6 @@ FABRIC_OPTIONAL = (
     "incast_lossless",
     "incast_lossy",
 )
-FLOW_CONTROLS = ("lossless", "lossy")
 
 FABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(Fabric) if f.name != "sources")
 
@@ -360,37 +351,20 @@ def load_fabric(name: str) -> Fabric:
     return load_profile(name).fabric
 
 
-def _walltime_field(t: _Table, key: str) -> int | None:
-    text = t.text(key)
-    return None if text is None else parse_walltime(text)
+def _limit(table: Any) -> Limit:
+    """A :class:`Limit` from a parsed ``LimitTable``."""
+    walltime = None if table.max_walltime is None else parse_walltime(table.max_walltime)
+    return Limit(table.max_nodes, walltime)
 
 
-def _limit(t: _Table) -> Limit:
-    lim = Limit(t.integer("max_nodes"), _walltime_field(t, "max_walltime"))
-    if lim.max_nodes is not None and lim.max_nodes < 1:
-        raise UsageError(f"{t.where}: max_nodes must be at least 1")
-    return lim
+def _site_key(name: str, data: Any, where: str) -> SiteKey:
+    from suite.config import SiteKeyTable, parse
 
-
-def _site_key(name: str, t: _Table) -> SiteKey:
     if not _ENV_NAME_RE.match(name) or name != name.lower():
-        raise UsageError(f"{t.where}: site key {name!r} must be lower_case_with_underscores")
-    key = SiteKey(
-        name=name,
-        help=t.text("help", ""),
-        default=t.text("default", ""),
-        required=t.flag("required"),
-        multinode_only=t.flag("multinode_only"),
-        env=t.text("env"),
-        option=t.text("option"),
-    )
-    t.done()
-    if key.env is not None and not _ENV_NAME_RE.match(key.env):
-        raise UsageError(f"{t.where}: env {key.env!r} is not a variable name")
-    if key.option is not None and not re.match(r"^[a-z][a-z0-9-]*$", key.option):
-        raise UsageError(f"{t.where}: option {key.option!r}: give the long name, e.g. 'account'")
+        raise UsageError(f"{where}: site key {name!r} must be lower_case_with_underscores")
+    key = SiteKey(name=name, **parse(SiteKeyTable, data, where).model_dump())
     if key.env and key.option:
-        raise UsageError(f"{t.where}: give env or option, not both")
+        raise UsageError(f"{where}: give env or option, not both")
     return key
 
 
@@ -412,31 +386,34 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     if top.text("scheduler", "slurm") != "slurm":
         raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
 
-    dev = top.table("devices", required=True)
-    backend = dev.text("backend", required=True)
+    from suite.config import (
+        CalibrationTable,
+        DevicesTable,
+        FabricTable,
+        LimitsTable,
+        NicsTable,
+        ResourcesTable,
+        RunTable,
+        parse,
+    )
+
+    def typed(model, key: str):
+        return parse(model, top._get(key, None, True), f"{path} [{key}]")
+
+    dev = typed(DevicesTable, "devices")
+    backend, vendor, model = dev.backend, dev.vendor, dev.model
+    gpus, servers = dev.gpus_per_node, dev.servers_per_node
     if backend not in BACKENDS:
-        raise UsageError(f"{dev.where}: backend must be one of {', '.join(BACKENDS)}")
-    vendor, model = dev.text("vendor", required=True), dev.text("model", required=True)
-    gpus = dev.integer("gpus_per_node", required=True)
-    servers = dev.integer("servers_per_node", 1)
-    if gpus < 1 or servers < 1:
-        raise UsageError(f"{dev.where}: gpus_per_node and servers_per_node must be >= 1")
+        raise UsageError(f"{path} [devices]: backend must be one of {', '.join(BACKENDS)}")
     if servers > 1 and backend != "cpu":
-        raise UsageError(f"{dev.where}: servers_per_node > 1 only emulates (backend cpu)")
-    dev.done()
+        raise UsageError(f"{path} [devices]: servers_per_node > 1 only emulates (backend cpu)")
+    nic_model = typed(NicsTable, "nics").model
 
-    nics = top.table("nics", required=True)
-    nic_model = nics.text("model", required=True)
-    nics.done()
-
-    res = top.table("resources", required=True)
-    cpus_per_task = res.integer("cpus_per_task")
-    gpu_option = res.text("gpu_option", "gpus-per-node")
+    res = typed(ResourcesTable, "resources")
+    cpus_per_task, gpu_option, exclusive = res.cpus_per_task, res.gpu_option, res.exclusive
     if gpu_option not in GPU_OPTIONS:
-        raise UsageError(f"{res.where}: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
-    exclusive = res.flag("exclusive")
-    forbidden = tuple(canonical_option(o, res.where) for o in res.strs("forbidden"))
-    res.done()
+        raise UsageError(f"{path} [resources]: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
+    forbidden = tuple(canonical_option(o, f"{path} [resources]") for o in res.forbidden)
 
     launch = top.table("launch", required=True)
     default_launcher = launch.text("default", required=True)
@@ -453,67 +430,38 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
     launch.done()
 
-    run = top.table("run", required=True)
-    python = run.text("python", required=True)
-    modules = run.strs("modules")
-    pre_run, post_run = run.strs("pre_run"), run.strs("post_run")
-    extra_sbatch = run.strs("extra_sbatch")
-    run.done()
+    run = typed(RunTable, "run")
+    python, modules = run.python, tuple(run.modules)
+    pre_run, post_run = tuple(run.pre_run), tuple(run.post_run)
+    extra_sbatch = tuple(run.extra_sbatch)
 
     env = _env_map(top, "env")
     env_multinode = _env_map(top, "env_multinode")
     env_partial = _env_map(top, "env_partial_node")
 
     site_t = top.table("site")
-    site = {k: _site_key(k, site_t.table(k)) for k in sorted(site_t.data)}
+    site = {k: _site_key(k, site_t.data[k], f"{site_t.where} [{k}]") for k in sorted(site_t.data)}
     site_t.used.update(site_t.data)
     if "python" in site:
         raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
     site["python"] = SiteKey("python", "the Python that runs commbench on the nodes", python)
 
-    lim_t = top.table("limits", required=True)
-    part_t, qos_t = lim_t.table("partition"), lim_t.table("qos")
-    limits = _limit(lim_t)
-    partition_limits = {p: _limit(part_t.table(p)) for p in part_t.data}
-    qos_limits = {q: _limit(qos_t.table(q)) for q in qos_t.data}
-    part_t.used.update(part_t.data)
-    qos_t.used.update(qos_t.data)
-    lim_t.done()
+    lims = typed(LimitsTable, "limits")
+    limits = _limit(lims)
+    partition_limits = {name: _limit(t) for name, t in lims.partition.items()}
+    qos_limits = {name: _limit(t) for name, t in lims.qos.items()}
 
-    fab = top.table("fabric", required=True)
-    fabric = Fabric(
-        scaleup=fab.text("scaleup", required=True),
-        scaleup_GBps=fab.num("scaleup_GBps"),
-        scaleup_peer_GBps=fab.num("scaleup_peer_GBps"),
-        scaleup_latency_us=fab.num("scaleup_latency_us"),
-        scaleout=fab.text("scaleout", required=True),
-        scaleout_GBps=fab.num("scaleout_GBps"),
-        scaleout_latency_us=fab.num("scaleout_latency_us"),
-        nics_per_node=fab.integer("nics_per_node", required=True),
-        stage_cost_us=fab.num("stage_cost_us"),
-        **{k: fab.num(k, required=False) if k in fab.data else None for k in FABRIC_OPTIONAL},
-        flow_control=fab.text("flow_control"),
-        nccl_ll128=fab.flag("nccl_ll128") if "nccl_ll128" in fab.data else None,
-        sources=fab.str_map("sources"),
-    )
-    if fabric.flow_control not in (None, *FLOW_CONTROLS):
-        raise UsageError(
-            f"{fab.where}: flow_control must be one of {', '.join(FLOW_CONTROLS)} "
-            f"(got {fabric.flow_control!r})"
-        )
-    fab.done()
+    fabric = Fabric(**typed(FabricTable, "fabric").model_dump())
 
     calibration = None
     if "calibration" in top.data:
-        cal = top.table("calibration")
-        calibration = Calibration(
-            collective=cal.text("collective", "allreduce"),
-            impl=cal.text("impl", required=True),
-            size=format_size(parse_size(cal.text("size", "1M"))),
-            pattern=cal.text("pattern", required=True),
-        )
-        cal.done()
-        re.compile(calibration.pattern)
+        cal = typed(CalibrationTable, "calibration")
+        size = format_size(parse_size(cal.size))
+        calibration = Calibration(cal.collective, cal.impl, size, cal.pattern)
+        try:
+            re.compile(calibration.pattern)
+        except re.error as exc:
+            raise UsageError(f"{path} [calibration]: pattern is not a regex: {exc}") from None
     emulated_cluster = top.flag("emulated_cluster")
     top.done()
 
@@ -576,31 +524,53 @@ def read_site_file(path: Path | None, environ: Mapping[str, str]) -> tuple[Path 
     return (p, load_toml(p)) if p.is_file() else (None, {})
 
 
+def _site_file_model(profile: Profile) -> type:
+    """The typed ``[SYSTEM]`` table of a site file (a pydantic model): the profile's site
+    keys (strings) and :data:`SITE_FILE_EXTRAS`."""
+    import pydantic
+
+    from suite.config import STRICT
+
+    fields: dict[str, Any] = {key: (str | None, None) for key in profile.site}
+    fields.update(
+        {
+            key: (list[str] | None, None)
+            for key in ("modules", "pre_run", "post_run", "extra_sbatch")
+        },
+        max_nodes=(int | None, pydantic.Field(None, ge=1)),
+        max_walltime=(str | None, None),
+    )
+    return pydantic.create_model(f"SiteFile_{profile.name}", __config__=STRICT, **fields)
+
+
 def apply_site_file(profile: Profile, table: Mapping, where: str) -> tuple[Profile, dict[str, str]]:
     """Apply a site file's ``[SYSTEM]`` table: returns the profile and its site values."""
-    t = _Table(table, f"{where} [{profile.name}]")
-    values = {}
-    for key in profile.site:
-        value = t.text(key) if key in t.data else None
-        if value is not None:
-            values[key] = value
-    changes: dict[str, Any] = {}
-    for key in ("modules", "pre_run", "post_run", "extra_sbatch"):
-        if key in t.data:
-            changes[key] = t.strs(key)
-    if "max_nodes" in t.data or "max_walltime" in t.data:
-        lim = profile.limits
-        changes["limits"] = Limit(
-            t.integer("max_nodes", lim.max_nodes),
-            _walltime_field(t, "max_walltime") or lim.max_walltime_s,
-        )
-    extra = sorted(set(t.data) - t.used)
+    where = f"{where} [{profile.name}]"
+    allowed = [*profile.site, *SITE_FILE_EXTRAS]
+    extra = sorted(set(table) - set(allowed)) if isinstance(table, Mapping) else []
     if extra:
-        allowed = ", ".join([*profile.site, *SITE_FILE_EXTRAS])
-        raise UsageError(f"{t.where}: unknown key(s) {', '.join(extra)} (allowed: {allowed})")
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(extra)} (allowed: {', '.join(allowed)})"
+        )
+    from suite.config import parse
+
+    site = parse(_site_file_model(profile), table, where)
+    values = {key: getattr(site, key) for key in profile.site if getattr(site, key) is not None}
+    changes: dict[str, Any] = {
+        key: tuple(getattr(site, key))
+        for key in ("modules", "pre_run", "post_run", "extra_sbatch")
+        if getattr(site, key) is not None
+    }
+    if site.max_nodes is not None or site.max_walltime is not None:
+        lim = profile.limits
+        walltime = None if site.max_walltime is None else parse_walltime(site.max_walltime)
+        changes["limits"] = Limit(
+            site.max_nodes if site.max_nodes is not None else lim.max_nodes,
+            walltime or lim.max_walltime_s,
+        )
     profile = dataclasses.replace(profile, **changes)
     for opt in profile.extra_sbatch:
-        check_extra_option(profile, opt, t.where)
+        check_extra_option(profile, opt, where)
     return profile, values
 
 

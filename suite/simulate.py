@@ -151,6 +151,12 @@ def add_parser(sub) -> None:
         help="FAST: leave out the per-call fixed costs (matrix all-gather, synthesis)",
     )
     p.add_argument("--out", default=None, help="append JSONL records here")
+    p.add_argument(
+        "--keep-tuning",
+        action="store_true",
+        help="FAST: also write the tuner's every candidate (options, time, stages) to the raw "
+        "side file <out>.raw.jsonl (records keep a short tuning summary)",
+    )
     p.set_defaults(func=run)
 
 
@@ -274,6 +280,8 @@ class Point:
     count: int
     seed: int | None = None
     extra: dict = dataclasses.field(default_factory=dict)
+    #: FAST's tuner rows (every candidate tried); records keep only a summary of them.
+    candidates: list[dict] | None = None
 
 
 def alltoallv_points(
@@ -314,6 +322,7 @@ def alltoallv_points(
                 for impl in impls:
                     t0 = time.perf_counter()
                     extra: dict = {}
+                    candidates = None
                     if impl in ("fast", "balance-only") and tuned is None:
                         report = _progress_printer(nodes, workload, size) if progress else None
                         tuned = fast_schedule(
@@ -324,6 +333,7 @@ def alltoallv_points(
                     if impl == "fast":
                         pred = tuned.prediction
                         extra = _schedule_info(tuned, tune)
+                        candidates = tuned.candidates if tune else None
                         if call_costs:
                             pred, extra["call"] = _with_call_costs(pred, p, fabric)
                     elif impl == "balance-only":
@@ -332,7 +342,16 @@ def alltoallv_points(
                         pred = _BASELINES[impl](traffic, fabric)
                     extra["model_seconds"] = time.perf_counter() - t0
                     yield Point(
-                        nodes, size, workload, impl, pred, metric, size // unit, wseed, extra
+                        nodes,
+                        size,
+                        workload,
+                        impl,
+                        pred,
+                        metric,
+                        size // unit,
+                        wseed,
+                        extra,
+                        candidates,
                     )
 
 
@@ -401,8 +420,12 @@ def _schedule_info(tuned: tune_model.Tuned, tune: bool) -> dict:
         "tuned": tune,
         "options": tuned.options,
         "default_time_us": tuned.default_time_us,
-        "candidates": tuned.candidates if tune else [],
-        "tune_passes": tuned.passes,
+        "tuning": {
+            "candidates": len(tuned.candidates) if tune else 0,
+            "passes": tuned.passes,
+            "best_time_us": tuned.prediction.time_us,
+            "default_time_us": tuned.default_time_us,
+        },
         "strategy": s["strategy"],
         "synthesis_us": s["synthesis_us"],
         "scheduled_bytes": s["scheduled_bytes"],
@@ -595,16 +618,24 @@ def run(args: argparse.Namespace) -> int:
         impls = _impls(args, ALLREDUCE_IMPLS)
         points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize)
     static = _static(args, fabric, dtype, reduction, params)
+    if args.keep_tuning and not args.out:
+        raise UsageError("--keep-tuning writes next to --out: give --out FILE too")
     if args.out:
         results.check_output_path(args.out, "--out")
     writer = results.RecordWriter(args.out)
+    if args.keep_tuning:
+        results.check_output_path(writer.raw_path, "--out (its raw side file)")
     _print_header(args, fabric, reduction)
     group: list[dict] = []
     index = 0
     for point in points:
         rec = make_record(static, point, index, fabric)
+        raw = None
+        if args.keep_tuning and point.candidates is not None:
+            raw = {"point": index, "size_bytes": point.size, "workload": point.workload,
+                   "impl": point.impl, "tuning_candidates": point.candidates}  # fmt: skip
         index += 1
-        writer.write(rec)
+        writer.write(rec, raw)
         if group and _group_key(group[0]) != _group_key(rec):
             _flush(group)
             group = []

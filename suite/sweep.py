@@ -29,22 +29,25 @@ class SweepItem:
     workloads: tuple[str | None, ...] = (None,)
 
 
-#: What `make run` measures: the NVRAR paper's all-reduce range in bf16, and all-to-allv
-#: on balanced and skewed traffic. Small enough for 2 cores in a few minutes.
+#: The Zipf exponents of figure 2's skew panels (measured by `make run` and modelled).
+SKEWS = (0.0, 0.4, 0.8, 0.99)
+ZIPF_SWEEP = "zipf:" + ",".join(str(s) for s in SKEWS)
+
+#: What `make run` measures: the NVRAR paper's all-reduce range in bf16, all-to-allv on
+#: balanced traffic over sizes and at every skew of SKEWS at two sizes (figure 2's skew
+#: panels get a curve per implementation). One launch per implementation and workload
+#: list: about 3 minutes on 2 idle cores.
 LOCAL_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
-    SweepItem(
-        "alltoallv",
-        ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"),
-        ("uniform", "zipf:0.8"),
-    ),
-)
+    SweepItem("alltoallv", ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"), ("uniform",)),
+    SweepItem("alltoallv", ("-b", "256K", "-e", "1M", "-f", "4", "-n", "5", "-w", "2"), (ZIPF_SWEEP,)),
+)  # fmt: skip
 
 
 #: What `make cluster-run` measures on the emulated cluster (``--cluster``): 1 MiB per
 #: rank all-to-allv on balanced, skewed and MoE-like traffic, the NVRAR paper's range.
 CLUSTER_SIZE = "1M"
-CLUSTER_WORKLOADS = ("uniform", "zipf:0.0,0.4,0.8,0.99", "moe:16,2")
+CLUSTER_WORKLOADS = ("uniform", ZIPF_SWEEP, "moe:16,2")
 CLUSTER_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "3",
                             "-w", "1")),
@@ -58,6 +61,9 @@ MODELLED = (
     ("model-h200.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
                           "--workload", "zipf:0.8", "--size", "16M,256M",
                           "--impls", "fast,fanout,spreadout,balance-only"]),
+    ("model-h200-skew.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
+                               "--workload", "zipf:0.0,0.4,0.99", "--size", "16M",
+                               "--impls", "fast,fanout,spreadout,balance-only"]),
     ("model-perlmutter.jsonl", ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
                                 "-b", "64K", "-e", "2M",
                                 "--impls", "nvrar,ring,recursive-doubling,nccl"]),

@@ -45,8 +45,8 @@ Laws:
 - ``file:PATH``: a matrix written by :func:`write_matrix` (the nccl-tests
   ``alltoallv_perf`` format), read back exactly; ``size`` is ignored and every entry must
   already be a multiple of ``unit``.
-- ``trace:PATH``: the routing trace format of ``shared/data/moe-megatron-4x8.txt`` (one
-  integer per line, each ``N*N`` integers one N x N token matrix, row = sender). Call
+- ``trace:PATH``: the routing trace format of :data:`MEGATRON_TRACE` (one integer per
+  line, each ``N*N`` integers one N x N token matrix, row = sender; ``.gz`` is read as gzip). Call
   ``index`` replays matrix ``index mod count``, so the traffic changes every call. The
   native rank count N comes from ``ranks=N``, else from an ``SxG`` pattern in the file
   name (``4x8`` -> 32), else it is taken to be ``nranks``; it must equal ``nranks``, and
@@ -67,6 +67,7 @@ it is made; :func:`generate` refuses up front what would not fit in the memory a
 from __future__ import annotations
 
 import functools
+import gzip
 import os
 import re
 from dataclasses import dataclass, field
@@ -77,6 +78,9 @@ import numpy as np
 from suite.errors import UsageError
 
 DEFAULT_SEED = 1
+#: The Megatron-LM routing trace shipped with commbench (32 ranks, 600 matrices; see
+#: ``suite/data/README.md`` for its source and licence).
+MEGATRON_TRACE = Path(__file__).resolve().parent / "data" / "moe-megatron-4x8.txt.gz"
 #: Peak bytes per matrix entry while a law is generated (float weights, a permutation,
 #: apportion's remainders, indices and sort order; measured peak about 70).
 WORK_BYTES_PER_ENTRY = 96
@@ -144,7 +148,9 @@ def parse_workload(spec: str) -> Workload:
     # trace
     path, *opts = rest.split(",")
     if not path:
-        raise UsageError(f"workload {text!r}: give a trace file, e.g. trace:moe-megatron-4x8.txt")
+        raise UsageError(
+            f"workload {text!r}: give a trace file, e.g. trace:suite/data/moe-megatron-4x8.txt.gz"
+        )
     options: dict = {}
     for opt in opts:
         key, eq, value = opt.partition("=")
@@ -254,7 +260,7 @@ def check_local_inputs(spec: str, unit: int = 1) -> None:
         return
     native = _native_ranks(w)
     if native is not None:
-        _load_trace(str(Path(path).resolve()), native)
+        load_trace(str(Path(path).resolve()), native)
 
 
 def check_memory(entries_side: int, what: str, bytes_per_entry: float) -> None:
@@ -484,7 +490,7 @@ def _trace(w: Workload, p: int, size: int, unit: int, index: int) -> np.ndarray:
             f"trace {path} holds {native}-rank matrices but the run has {p} ranks: "
             f"run it with {native} ranks (or say ranks=N if the file name misleads)"
         )
-    mats = _load_trace(str(Path(path).resolve()), native)
+    mats = load_trace(str(Path(path).resolve()), native)
     tokens = mats[int(index) % len(mats)]
     if "hidden" in w.options:
         per_token = w.options["hidden"] * w.options.get("dtype", 2)
@@ -510,12 +516,16 @@ def _ranks_from_name(path: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_trace(path: str, n: int) -> np.ndarray:
+def load_trace(path: str, n: int) -> np.ndarray:
+    """The ``count x n x n`` token matrices of a trace file (gzip when it ends in ``.gz``),
+    read-only and cached."""
+    opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        with open(path, "rb") as f:
+        with opener(path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        raise UsageError(f"cannot read trace {path}: {exc.strerror}") from None
+        why = exc.strerror or str(exc)
+        raise UsageError(f"cannot read trace {path}: {why}") from None
     try:
         values = np.array(data.split(), dtype=np.int64)
     except ValueError:

@@ -20,8 +20,8 @@ import numpy as np
 from mpi4py import MPI
 
 from kernels.cases import AllreduceCase
-from kernels.nvrar.reduce import BF16
 from kernels.nvrar.schedule import NvrarTimeout
+from kernels.reduce import BF16
 from kernels.registry import lookup
 from suite.backends.cpu import CpuTransport
 from suite.topology import Topology

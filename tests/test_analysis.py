@@ -22,6 +22,7 @@ from analysis.load import (
     normalise_points,
     normalise_schedules,
     read_records,
+    run_metadata,
     workload_key,
     zipf_exponent,
 )
@@ -547,3 +548,31 @@ def test_every_registered_implementation_has_its_own_colour():
     names = sorted({spec.name for spec in implementations()})
     colours = {name: impl_color(name) for name in names}
     assert len(set(colours.values())) == len(names), colours
+
+
+def test_scorecard_opens_the_report_and_judges_each_claim(tmp_path):
+    from analysis.scorecard import scorecard
+
+    measured = allreduce_records(reps=1)
+    modelled = [dict(r, run_id=measured[0]["run_id"]) for r in allreduce_records(modelled=True)]
+    modelled += [dict(r, system="h200") for r in allreduce_records(modelled=True)]
+    write_jsonl(tmp_path / "run" / "results.jsonl", measured + modelled)
+    points, schedules = load_all(tmp_path / "run")
+    card = scorecard(points, schedules, load_reference()).set_index("evidence")
+    gpu = card.loc["measured on GPU (perlmutter, 4×4)"]
+    # nvrar 60 + 0.05 s/KiB vs nccl 180 + 0.06 s/KiB: 2.83x at 128 KiB .. 1.87x at 2 MiB (+ jitter)
+    assert gpu["claim"].startswith("NVRAR vs NCCL") and gpu["paper"] == "1.9–3.6×"
+    assert gpu["ours"] == "1.86–2.83× (5 points)"
+    assert gpu["verdict"] == "partly (4 of 5 points in the band)"
+    assert "modelled (perlmutter, 4×4)" in card.index and "modelled (h200, 4×4)" in card.index
+    validation = card.loc["modelled (model validation, paper configurations)"]
+    assert len(validation) >= 4 and set(validation["verdict"]) >= {"reproduced", "not reproduced"}
+    # the Runs table: one row per (run, system, kind) of the mixed run
+    runs = run_metadata(points)
+    assert sorted(zip(runs["system"], runs["kind"], strict=True)) == [
+        ("h200", "modelled"), ("perlmutter", "measured"), ("perlmutter", "modelled")
+    ]  # fmt: skip
+    text = write_report([tmp_path / "run"], tmp_path / "r.md").read_text()
+    first = text.index("## Reproduction scorecard")
+    assert first < text.index("<details><summary><b>Inputs</b>") < text.index("<b>Runs</b>")
+    assert "| NVRAR vs NCCL all-reduce, 128 KiB-2 MiB | 1.9–3.6× | 1.86–2.83× (5 points) |" in text

@@ -130,6 +130,27 @@ def test_every_emulated_profile_loads_and_scales_from_shared_memory():
         load_emulated_profile("nope")
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('nodes = "two"', r"x\.toml: nodes must be an integer, not 'two'"),
+        ("tier_ratio = 1", r"x\.toml: tier_ratio must be greater than 1"),
+        ("latency_us = -1.5", r"x\.toml: latency_us must be greater than or equal to 0"),
+        ("colour = 1", r"x\.toml: unknown key\(s\) colour"),
+        ('name = "y"', r"x\.toml: unknown key\(s\) name \(the file name"),
+    ],
+)
+def test_a_bad_emulated_profile_names_file_and_key(tmp_path, body, message):
+    good = 'description = "d"\nnodes = 2\nranks_per_node = 2\ntier_ratio = 9\n'
+    key = body.split(" = ")[0]
+    kept = [line for line in good.splitlines() if not line.startswith(key + " ")]
+    (tmp_path / "x.toml").write_text("\n".join([*kept, body]) + "\n")
+    with pytest.raises(UsageError, match=message):
+        load_emulated_profile("x", tmp_path)
+    (tmp_path / "ok.toml").write_text(good)
+    assert load_emulated_profile("ok", tmp_path).tier_ratio == 9.0
+
+
 def _cli(capsys, *args: str) -> tuple[int, str]:
     """``commbench cluster ARGS`` in this process: exit status and stderr."""
     rc = main(["cluster", *args])

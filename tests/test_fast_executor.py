@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from kernels.cases import AlltoallvCase
 from kernels.fast import plan as P
 from kernels.fast import schedule
-from kernels.fast.device_check import self_plan
 from kernels.fast.executor import (
     PlanExecutor,
     agree,
@@ -23,6 +22,7 @@ from kernels.fast.executor import (
     schedule_problem,
 )
 from kernels.fast.simulate import alltoallv, random_sendbufs
+from suite.gpucheck import self_plan
 from tests.threaded_transport import run_ranks
 
 

@@ -16,10 +16,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.nvrar.device_check import check_inputs, loopback_expected, storage_dtype
-from kernels.nvrar.reduce import BF16, SUPPORTED_DTYPES, reduce_into
+from kernels.reduce import BF16, SUPPORTED_DTYPES, reduce_into
 from suite import gpucheck
 from suite.gpucheck import FAILED, NOT_APPLICABLE, OK, Check, run_all
+from suite.gpucheck_nvrar import check_inputs, loopback_expected, storage_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = "tests.scripts.gpucheck_fakes"

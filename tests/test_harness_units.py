@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -107,3 +109,20 @@ def test_layout_maps_group_peers_to_world_ranks():
     assert lay.to_world("world", 3) == 3
     with pytest.raises(ValueError, match="unknown group"):
         lay.to_world("row", 0)
+
+
+def test_make_run_measures_and_models_every_skew_of_figure_2():
+    from suite import sweep
+    from suite.workloads import expand_workloads, parse_workload
+
+    def skews(workloads) -> set[float]:
+        specs = [s for w in workloads for s in expand_workloads(w)]
+        return {parse_workload(s).args[0] for s in specs if s.startswith("zipf")}
+
+    measured = skews(w for item in sweep.LOCAL_SWEEP if item.collective == "alltoallv"
+                     for w in item.workloads)  # fmt: skip
+    argvs = [argv for _, argv in sweep.MODELLED if argv[0] == "alltoallv"]
+    modelled = skews(argv[argv.index("--workload") + 1] for argv in argvs)
+    assert measured == modelled == set(sweep.SKEWS) == {0.0, 0.4, 0.8, 0.99}
+    cmds = sweep.launches("cpu", 4, Path("r.jsonl"))
+    assert any("zipf:0.0,0.4,0.8,0.99" in c for c in cmds)

@@ -163,6 +163,16 @@ def test_profile_validation_names_file_and_key(tmp_path):
     data["resources"]["gpu_per_node"] = 4
     with pytest.raises(UsageError, match="unknown key.*gpu_per_node"):
         jobs.parse_profile(data, tmp_path / "local.toml")
+    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data["fabric"]["flow_control"] = "credit"
+    data["fabric"]["nics_per_node"] = 0
+    with pytest.raises(UsageError, match=r"\[fabric\]: nics_per_node must be greater than or equal to 1; "
+                       r"flow_control must be 'lossless' or 'lossy'"):  # fmt: skip
+        jobs.parse_profile(data, tmp_path / "local.toml")
+    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data["site"]["partition"]["env"] = "NOT A NAME"
+    with pytest.raises(UsageError, match=r"\[site\] \[partition\]: env must match pattern"):
+        jobs.parse_profile(data, tmp_path / "local.toml")
 
 
 def test_experiments_are_the_papers_sweeps():
@@ -466,6 +476,13 @@ def test_site_file(tmp_path):
     assert p.limits.max_nodes == 16
     with pytest.raises(UsageError, match="unknown key.*acount.*allowed: account"):
         jobs.apply_site_file(jobs.load_profile("vista"), {"acount": "x"}, "f")
+    vista = jobs.load_profile("vista")
+    with pytest.raises(UsageError, match=r"^f \[vista\]: account must be a string, not 3$"):
+        jobs.apply_site_file(vista, {"account": 3}, "f")
+    with pytest.raises(UsageError, match=r"^f \[vista\]: modules\.1 must be a string, not 1$"):
+        jobs.apply_site_file(vista, {"modules": ["cuda", 1]}, "f")
+    with pytest.raises(UsageError, match=r"max_nodes must be greater than or equal to 1"):
+        jobs.apply_site_file(vista, {"max_nodes": 0}, "f")
     with pytest.raises(UsageError, match="vista rejects sbatch option --mem"):
         jobs.apply_site_file(jobs.load_profile("vista"), {"extra_sbatch": ["--mem=8G"]}, "f")
     with pytest.raises(UsageError, match="does not exist"):

@@ -335,7 +335,7 @@ def test_ring_closed_form():
     f = fab(g, reduce_GBps=100.0)
     expect = (
         STAGE + 2 * (p - 1) * (NIC_US + us(n / p, NIC)) + us((p - 1) / p * n, 100.0)
-    )  # nvrar.md: 2(p-1)α + 2((p-1)/p)nβ + ((p-1)/p)nγ
+    )  # NVRAR paper: 2(p-1)α + 2((p-1)/p)nβ + ((p-1)/p)nγ
     assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
 
 

@@ -138,7 +138,9 @@ def test_fast_is_tuned_by_default_and_balance_follows_the_plans(tmp_path):
     assert main([*base, "--no-tune"]) == 0
     assert main([*base, "--no-tune", "--balance", "prologue"]) == 0
     tuned, plain, pro = records(out)
-    assert tuned["info"]["tuned"] is True and len(tuned["info"]["candidates"]) > 1
+    assert tuned["info"]["tuned"] is True and tuned["info"]["tuning"]["candidates"] > 1
+    assert tuned["info"]["tuning"]["best_time_us"] == pytest.approx(tuned["time_us"])
+    assert "raw_file" not in tuned and not (tmp_path / "m.raw.jsonl").exists()
     assert tuned["time_us"] <= plain["time_us"] == pytest.approx(tuned["info"]["default_time_us"])
     assert plain["info"]["tuned"] is False and plain["info"]["options"] == {
         "stage_cost_bytes": fabric_from_profile("h200", stage_us=2.0).stage_cost_bytes
@@ -212,3 +214,25 @@ def test_tuning_reports_progress_on_a_terminal(capsys):
     assert [n for n, _ in seen] == list(range(1, len(t.candidates) + 1))
     assert seen[-1][1] == pytest.approx(t.prediction.time_over_lb)
     assert point.extra["tuned"] is True
+
+
+def test_keep_tuning_puts_the_candidates_in_the_raw_side_file(tmp_path):
+    out = tmp_path / "k.jsonl"
+    argv = ["simulate", "alltoallv", "--system", "h200", "--servers", "2", "--size", "1M",
+            "--impls", "fast,fanout", "--keep-tuning", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    fast, fanout = records(out)
+    raw = [json.loads(line) for line in (tmp_path / "k.raw.jsonl").read_text().splitlines()]
+    assert fast["raw_file"] == "k.raw.jsonl" and "raw_file" not in fanout
+    assert len(raw) == 1 and raw[0]["point"] == fast["point"] and raw[0]["impl"] == "fast"
+    rows = raw[0]["tuning_candidates"]
+    assert len(rows) == fast["info"]["tuning"]["candidates"] > 1
+    assert min(r["time_us"] for r in rows) == pytest.approx(fast["info"]["tuning"]["best_time_us"])
+    assert "candidates" not in fast["info"] and len(json.dumps(fast)) < 8000
+
+
+def test_keep_tuning_needs_out(capsys):
+    argv = ["simulate", "alltoallv", "--system", "h200", "--servers", "2", "--size", "1M",
+            "--impls", "fast", "--keep-tuning"]  # fmt: skip
+    assert main(argv) == 2
+    assert "--keep-tuning writes next to --out" in capsys.readouterr().err

@@ -14,26 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.baselines._allreduce import block_bounds, span
-from kernels.nvrar import cells
-from kernels.nvrar.allreduce import parse_params
-from kernels.nvrar.reduce import (
-    BF16,
-    SUPPORTED_DTYPES,
-    check_dtype,
-    check_op,
-    f32_to_bf16,
-    reduce_bf16_bits,
-    reduce_into,
-)
-from kernels.nvrar.schedule import (
+from kernels.doubling import (
     EXCHANGE,
     FOLD_IN,
     FOLD_OUT,
     Step,
     doubling_steps,
-    padded_count,
     pow2_floor,
     step_count,
+)
+from kernels.nvrar import cells
+from kernels.nvrar.allreduce import parse_params
+from kernels.nvrar.schedule import (
+    padded_count,
     timeout_message,
 )
 from kernels.nvrar.tuning import (
@@ -43,6 +36,15 @@ from kernels.nvrar.tuning import (
     parse_table,
     table_path,
     with_overrides,
+)
+from kernels.reduce import (
+    BF16,
+    SUPPORTED_DTYPES,
+    check_dtype,
+    check_op,
+    f32_to_bf16,
+    reduce_bf16_bits,
+    reduce_into,
 )
 from kernels.registry import lookup
 

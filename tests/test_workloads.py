@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ from suite.cli import main
 from suite.errors import UsageError
 from suite.workloads import (
     DEFAULT_SEED,
+    MEGATRON_TRACE,
     expand_workloads,
     generate,
     parse_workload,
@@ -21,7 +22,7 @@ from suite.workloads import (
     write_matrix,
 )
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "moe-megatron-4x8.txt"
+TRACE = MEGATRON_TRACE
 SCALED = ["uniform", "random", "zipf", "zipf:0.3", "hotspot", "hotspot:2", "moe:16,2"]
 
 
@@ -91,7 +92,7 @@ def test_moe_routes_to_expert_ranks_only():
 
 def test_trace_replays_a_new_matrix_each_call():
     spec = f"trace:{TRACE},hidden=4096,dtype=2"
-    raw = np.loadtxt(TRACE, dtype=np.int64, max_rows=2 * 1024).reshape(2, 32, 32)
+    raw = np.loadtxt(gzip.open(TRACE), dtype=np.int64, max_rows=2 * 1024).reshape(2, 32, 32)
     assert np.array_equal(generate(spec, 32, 0), raw[0] * 4096 * 2)
     assert np.array_equal(generate(spec, 32, 0, index=1), raw[1] * 8192)
     assert np.array_equal(generate(spec, 32, 0, index=601), raw[1] * 8192)  # index mod 600

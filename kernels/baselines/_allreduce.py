@@ -1,6 +1,6 @@
 """Shared pieces of the textbook all-reduce baselines (ring, recursive doubling,
 Rabenseifner): block partitioning and the common set-up. Written against the transport
-interface only, so they run on every backend; reductions are :mod:`kernels.nvrar.reduce`.
+interface only, so they run on every backend; reductions are :mod:`kernels.reduce`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from kernels.cases import AllreduceCase
-from kernels.nvrar.reduce import check_op
+from kernels.reduce import check_op
 
 
 def block_bounds(count: int, parts: int) -> list[tuple[int, int]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kernels.baselines._allreduce import FlatAllreduce, block_bounds, span
 from kernels.cases import AllreduceCase
-from kernels.nvrar.reduce import reduce_into
-from kernels.nvrar.schedule import pow2_floor
+from kernels.doubling import pow2_floor
+from kernels.reduce import reduce_into
 from kernels.registry import register
 
 

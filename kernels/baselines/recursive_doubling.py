@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kernels.baselines._allreduce import FlatAllreduce
 from kernels.cases import AllreduceCase
-from kernels.nvrar.reduce import reduce_into
-from kernels.nvrar.schedule import doubling_steps, step_count
+from kernels.doubling import doubling_steps, step_count
+from kernels.reduce import reduce_into
 from kernels.registry import register
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kernels.baselines._allreduce import FlatAllreduce, block_bounds
 from kernels.cases import AllreduceCase
-from kernels.nvrar.reduce import reduce_into
+from kernels.reduce import reduce_into
 from kernels.registry import register
 
 

@@ -1,6 +1,6 @@
 """FAST schedule synthesis: balancing, server matrix, BvN stages, per-rank plans.
 
-See ``shared/spec/fast.md``. ``schedule(traffic, gpus_per_node, **options)`` returns a
+After FAST (Lei et al., arXiv 2505.09764). ``schedule(traffic, gpus_per_node, **options)`` returns a
 :class:`Schedule`; every rank computes the same one from the same matrix (all integer
 arithmetic, stable sorts, no randomness).
 

@@ -5,7 +5,7 @@ Each call pays ``stage_us`` once per launched phase; every message pays the late
 tier it crosses (``nic_us`` between nodes, ``scaleup_us`` inside one) plus its bytes over
 that tier's bandwidth; a reduction of ``m`` bytes costs ``m / reduce_GBps``. A message
 posted by the host (two-sided MPI send/recv) also pays ``msg_us``; NVRAR's inter-node
-puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of ``nvrar.md``:
+puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of the NVRAR paper:
 
 * ``ring`` (flat, one ring over all P ranks): 2(P-1) steps of n/P bytes on the slowest
   link of the ring (a NIC once N > 1): 2(P-1)α + 2((P-1)/P)nβ + ((P-1)/P)nγ.

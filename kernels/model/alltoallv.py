@@ -3,7 +3,7 @@
 Every function takes the P x P traffic matrix (bytes, row = sender, rank = node * G +
 local index) and a :class:`~kernels.model.fabric.Fabric`, and returns a
 :class:`Prediction` with every rank's finish time. Self traffic (the diagonal) is a local
-copy and costs nothing. The steps are those of the executors in ``fast.md``:
+copy and costs nothing. The steps are those of the executors in the FAST paper:
 
 * ``fanout``: one step holding every send and receive (NCCL/RCCL grouped send/recv).
 * ``spreadout``: P - 1 steps; at step k rank r sends to ``(r + k) mod P`` and receives

@@ -20,10 +20,11 @@ from dataclasses import asdict
 from typing import Any
 
 from kernels.cases import AllreduceCase
+from kernels.doubling import doubling_steps, step_count
 from kernels.nvrar import cells
-from kernels.nvrar.reduce import check_dtype, check_op
-from kernels.nvrar.schedule import doubling_steps, padded_count, step_count
+from kernels.nvrar.schedule import padded_count
 from kernels.nvrar.tuning import Tuning, load_table, with_overrides
+from kernels.reduce import check_dtype, check_op
 from kernels.registry import register
 
 DEFAULT_TIMEOUT_S = 10.0

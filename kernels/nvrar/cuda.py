@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from kernels.doubling import Step, doubling_steps
 from kernels.nvrar import cells
-from kernels.nvrar.reduce import BF16, SUPPORTED_DTYPES
-from kernels.nvrar.schedule import NvrarTimeout, Step, doubling_steps, timeout_message
+from kernels.nvrar.schedule import NvrarTimeout, timeout_message
 from kernels.nvrar.tuning import Tuning, chunk_bounds
+from kernels.reduce import BF16, SUPPORTED_DTYPES
 
 KERNEL_SOURCE = Path(__file__).with_name("ll8.cu")
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int"}

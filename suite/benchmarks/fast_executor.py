@@ -36,7 +36,6 @@ printed).
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import os
 import time
@@ -45,11 +44,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from suite.workloads import MEGATRON_TRACE
+
 SHAPES = ((8, 8), (16, 8), (40, 8), (128, 8))  # servers x GPUs per server
 SIZE = 16 << 20
 UNIT = 2
-TRACE = Path(__file__).resolve().parent / "data" / "moe-megatron-4x8-first64.txt.gz"
+TRACE = MEGATRON_TRACE
 TRACE_RANKS = 32
+TRACE_MATRICES = 64  # the first 64 iterations of the 600: enough distinct traffic to tile
 TARGETS_US = {64: 40.0, 320: 400.0, 1024: 5000.0}  # issue 18: synth + plan + bind, medians
 ALLGATHER_ROUNDS = 7
 
@@ -67,14 +69,10 @@ def _pool(p: int) -> int:
 
 
 def load_trace(path: Path) -> np.ndarray:
-    """The token matrices of a ``trace:`` file (gzip or plain), ``count x 32 x 32``."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        values = np.array(f.read().split(), dtype=np.int64)
-    n = TRACE_RANKS * TRACE_RANKS
-    if values.size == 0 or values.size % n:
-        raise SystemExit(f"{path}: not a whole number of {TRACE_RANKS}x{TRACE_RANKS} matrices")
-    return values.reshape(-1, TRACE_RANKS, TRACE_RANKS)
+    """The first ``TRACE_MATRICES`` token matrices of a 4x8 ``trace:`` file, ``count x 32 x 32``."""
+    from suite.workloads import load_trace as read
+
+    return read(str(path), TRACE_RANKS)[:TRACE_MATRICES]
 
 
 def tiled_trace(mats: np.ndarray, p: int, call: int) -> np.ndarray:

@@ -17,7 +17,7 @@ Without a launcher around it the module starts itself under ``mpiexec -n NP`` ($
 else the one next to this Python); under ``mpiexec``/``srun`` it runs in place.
 
 The GPU checks of NVRAR's kernels and NVSHMEM path are ``make gpu-check``'s
-(:mod:`kernels.nvrar.device_check`).
+(:mod:`suite.gpucheck_nvrar`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from suite.launch import find_mpiexec, local_env
 
 IMPLS = ("nvrar", "mpi", "ring", "recursive-doubling", "rabenseifner")
 SIZES = tuple(64 * 1024 << k for k in range(6))  # 64 KiB .. 2 MiB
-#: NVRAR alone, 16 A100 on 4 Perlmutter nodes, bf16 (spec nvrar.md), in µs.
+#: NVRAR alone, 16 A100 on 4 Perlmutter nodes, bf16 (Singhania et al. 2026), in µs.
 PAPER_NVRAR_US = {8 << 10: 62, 64 << 10: 72, 128 << 10: 77, 256 << 10: 82, 512 << 10: 105,
                   1 << 20: 158}  # fmt: skip
 _LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID")

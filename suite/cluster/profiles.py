@@ -11,32 +11,33 @@ take it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
+from suite.config import STRICT, parse
 from suite.errors import UsageError
 
 EMULATED_DIR = Path(__file__).resolve().parents[2] / "jobs" / "emulated"
 #: above this the 2-core machine, not the token bucket, sets the rate: measured with 8
 #: ranks, aggregate TCP through the switch stalls near 100 MB/s when the cores are shared
 DEFAULT_MAX_NIC_MBIT = 100.0
-_KEYS = {
-    "description", "based_on", "nodes", "ranks_per_node", "tier_ratio", "latency_us",
-    "switch_queue", "max_nic_mbit", "stage_cost_us",
-}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class EmulatedProfile:
+class EmulatedProfile(BaseModel):
+    """One ``jobs/emulated/NAME.toml`` (``name`` is the file's stem)."""
+
+    model_config = STRICT
+
     name: str
     description: str
-    nodes: int
-    ranks_per_node: int
-    tier_ratio: float
-    latency_us: float = 0.0
-    switch_queue: int = 1000
-    max_nic_mbit: float = DEFAULT_MAX_NIC_MBIT
-    stage_cost_us: float = 0.0
+    nodes: int = Field(ge=1)
+    ranks_per_node: int = Field(ge=1)
+    tier_ratio: float = Field(gt=1)
+    latency_us: float = Field(0.0, ge=0)
+    switch_queue: int = Field(1000, ge=1)
+    max_nic_mbit: float = Field(DEFAULT_MAX_NIC_MBIT, gt=0)
+    stage_cost_us: float = Field(0.0, ge=0)
     based_on: str | None = None
 
     def nic_mbit(self, shm_GBps: float) -> float:
@@ -57,13 +58,6 @@ def load_emulated_profile(name: str, folder: Path = EMULATED_DIR) -> EmulatedPro
             f"unknown emulated profile {name!r}: choose one of {', '.join(profile_names(folder))}"
         )
     data = load_toml(path)
-    unknown = set(data) - _KEYS
-    if unknown:
-        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-    try:
-        prof = EmulatedProfile(name=name, **data)
-    except TypeError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-    if not prof.tier_ratio > 1 or not prof.max_nic_mbit > 0:
-        raise UsageError(f"{path}: tier_ratio must be > 1 and max_nic_mbit > 0")
-    return prof
+    if "name" in data:
+        raise UsageError(f"{path}: unknown key(s) name (the file name is the profile's name)")
+    return parse(EmulatedProfile, data, str(path), name=name)

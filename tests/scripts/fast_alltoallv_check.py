@@ -35,9 +35,8 @@ from kernels.registry import lookup
 from suite.backends import create_transport
 from suite.collectives import alltoallv_expected, alltoallv_send_data
 from suite.topology import Topology
-from suite.workloads import generate, write_matrix
-
-TRACE = Path(__file__).resolve().parents[2].parent / "shared/data/moe-megatron-4x8.txt"
+from suite.workloads import MEGATRON_TRACE as TRACE
+from suite.workloads import generate, load_trace, write_matrix
 
 CORE = [("fast", {}), ("fast+sched", {}), ("balance-only", {}), ("spreadout", {})]
 #: Scheduler and grouping options matter where there are several servers and GPUs each.
@@ -72,10 +71,9 @@ class SpyTransport:
 def fold_trace(path: Path, nranks: int, out: Path, count: int = 64) -> Path | None:
     """The 32-rank trace summed over blocks of ranks down to ``nranks`` (a real MoE
     routing pattern at a rank count this machine can run)."""
-    if not path.exists() or 32 % nranks:
+    if 32 % nranks:
         return None
-    values = np.loadtxt(path, dtype=np.int64, max_rows=count * 1024)
-    mats = values.reshape(-1, 32, 32)
+    mats = load_trace(str(path), 32)[:count]
     f = 32 // nranks
     folded = mats.reshape(-1, nranks, f, nranks, f).sum(axis=(2, 4))
     np.savetxt(out, folded.reshape(-1), fmt="%d")

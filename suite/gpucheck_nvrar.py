@@ -1,6 +1,6 @@
 """``make gpu-check``'s NVRAR part (NVIDIA GPUs; called by :mod:`suite.gpucheck`).
 
-* the LL8 kernels bit for bit against the CPU code (``cells.py`` / ``reduce.py``), every
+* the LL8 kernels bit for bit against the CPU code (``kernels/nvrar/cells.py`` / ``kernels/reduce.py``), every
   dtype and op, on inputs with subnormals (CuPy compiles with ``-ftz=true``);
 * their bandwidth as a fraction of a plain device-to-device copy timed in the same run;
 * nvshmem4py on one PE: a sub-buffer put and a counter signal to itself;
@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from kernels.nvrar import cells
-from kernels.nvrar.reduce import BF16, OPS, SUPPORTED_DTYPES, reduce_into
+from kernels.reduce import BF16, OPS, SUPPORTED_DTYPES, reduce_into
 from suite.errors import NotApplicable
 
 

@@ -1,0 +1,164 @@
+"""Typed configuration: TOML tables parsed into pydantic models.
+
+:func:`parse` validates one table against a model and turns pydantic's report into one
+line that names the file, the table and the key (``jobs/emulated/x.toml: nodes: must be
+an integer, not 'two'``). Models forbid unknown keys and never coerce between types (a
+quoted number stays an error), like the TOML they read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+import pydantic
+from pydantic import BaseModel, Field
+
+from suite.errors import UsageError
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+STRICT = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+_KIND = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+}
+
+
+def _message(key: str, err: Mapping[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return f"missing key {key!r}"
+    if kind == "extra_forbidden":
+        return f"unknown key(s) {key}"
+    if kind in _KIND:
+        return f"{key} {_KIND[kind]}, not {err['input']!r}"
+    text = str(err["msg"]).removeprefix("Value error, ")
+    return f"{key} {re.sub(r'^[A-Z][a-z]* should ', 'must ', text)}"
+
+
+def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
+    """``model`` from the TOML table ``data`` (plus ``extra`` fields the file does not
+    hold), or :class:`UsageError` naming ``where`` (file and table) and the key."""
+    if not isinstance(data, Mapping):
+        raise UsageError(f"{where}: expected a table, not {data!r}")
+    try:
+        return model.model_validate({**data, **extra})
+    except pydantic.ValidationError as exc:
+        problems = [_message(".".join(str(p) for p in err["loc"]), err) for err in exc.errors()]
+        raise UsageError(f"{where}: {'; '.join(problems)}") from None
+
+
+# ---------------------------------------------------------------- profile tables
+
+
+class FabricTable(BaseModel):
+    """``[fabric]`` of a system profile (see :class:`suite.jobs.Fabric`)."""
+
+    model_config = STRICT
+
+    scaleup: str
+    scaleup_GBps: float = Field(ge=0)
+    scaleup_peer_GBps: float = Field(ge=0)
+    scaleup_latency_us: float = Field(ge=0)
+    scaleout: str
+    scaleout_GBps: float = Field(ge=0)
+    scaleout_latency_us: float = Field(ge=0)
+    nics_per_node: int = Field(ge=1)
+    stage_cost_us: float = Field(ge=0)
+    msg_us: float | None = Field(None, ge=0)
+    proxy_us: float | None = Field(None, ge=0)
+    put_us: float | None = Field(None, ge=0)
+    reduce_GBps: float | None = Field(None, ge=0)
+    switch_buffer_MB: float | None = Field(None, ge=0)
+    incast_lossless: float | None = Field(None, ge=0)
+    incast_lossy: float | None = Field(None, ge=0)
+    flow_control: Literal["lossless", "lossy"] | None = None
+    nccl_ll128: bool | None = None
+    sources: dict[str, str] = {}
+
+
+class SiteKeyTable(BaseModel):
+    """``[site.NAME]`` of a system profile (see :class:`suite.jobs.SiteKey`)."""
+
+    model_config = STRICT
+
+    help: str = ""
+    default: str = ""
+    required: bool = False
+    multinode_only: bool = False
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    option: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]*$")
+
+
+class DevicesTable(BaseModel):
+    """``[devices]``: what a node holds (``servers_per_node`` > 1 only when emulating)."""
+
+    model_config = STRICT
+
+    backend: str
+    vendor: str
+    model: str
+    gpus_per_node: int = Field(ge=1)
+    servers_per_node: int = Field(1, ge=1)
+
+
+class NicsTable(BaseModel):
+    model_config = STRICT
+
+    model: str
+
+
+class RunTable(BaseModel):
+    """``[run]``: the Python on the nodes and what runs around commbench."""
+
+    model_config = STRICT
+
+    python: str
+    modules: list[str] = []
+    pre_run: list[str] = []
+    post_run: list[str] = []
+    extra_sbatch: list[str] = []
+
+
+class LimitTable(BaseModel):
+    model_config = STRICT
+
+    max_nodes: int | None = Field(None, ge=1)
+    max_walltime: str | None = None
+
+
+class LimitsTable(LimitTable):
+    """``[limits]`` with its ``[limits.partition.NAME]`` and ``[limits.qos.NAME]``."""
+
+    partition: dict[str, LimitTable] = {}
+    qos: dict[str, LimitTable] = {}
+
+
+class ResourcesTable(BaseModel):
+    """``[resources]``: how a job asks Slurm for CPUs and GPUs."""
+
+    model_config = STRICT
+
+    cpus_per_task: int | None = Field(None, ge=1)
+    gpu_option: str = "gpus-per-node"
+    exclusive: bool = False
+    forbidden: list[str] = []
+
+
+class CalibrationTable(BaseModel):
+    """``[calibration]``: the ``NCCL_DEBUG=INFO`` run of multi-node GPU jobs."""
+
+    model_config = STRICT
+
+    collective: str = "allreduce"
+    impl: str
+    size: str = "1M"
+    pattern: str
