@@ -336,7 +336,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
             if _OSU_FAIL_RE.search(line):
                 raise ValueError(f"{where}: OSU reported a failure: {line.strip()}")
             raise ValueError(f"{where}: not an OSU result row: {line.strip()!r}")
-        if len(tokens) < 2 or len(tokens) > len(cols):
+        if len(tokens) != len(cols):
             raise ValueError(
                 f"{where}: an OSU row has {len(cols)} column(s) ({', '.join(cols)}), got "
                 f"{len(tokens)} (truncated or interleaved output?)"
@@ -344,7 +344,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
         size = int(tokens[0])
         if rows and size <= rows[-1][0]:
             raise ValueError(f"{where}: size {size} after {rows[-1][0]}: rows out of order")
-        values = {c: _number(v, where, c) for c, v in zip(cols[1:], tokens[1:])}
+        values = {c: _number(v, where, c) for c, v in zip(cols[1:], tokens[1:], strict=True)}
         rows.append((size, values[cols[1]], values, where))
     if title is None:
         raise ValueError(f"{path}:{last}: no '# OSU MPI ... Test vX' line: not OSU output")
