@@ -151,6 +151,7 @@ def _record(
     where: str,
     extra: Mapping,
     time_reduction: str,
+    min_max_us: tuple[float, float] | None = None,
 ) -> dict:
     factor = busbw_factor(collective, nranks) if nranks and collective != "sendrecv" else None
     algbw = algbw_GBps(size_bytes, time_us)
@@ -164,6 +165,9 @@ def _record(
         "size_bytes": size_bytes,
         "metric_bytes": size_bytes,
         "time_us": time_us,
+        "time_us_avg": time_us,
+        "time_us_min": min_max_us[0] if min_max_us else None,
+        "time_us_max": min_max_us[1] if min_max_us else None,
         "time_reduction": time_reduction,
         "algbw_GBps": algbw,
         "busbw_GBps": algbw * factor if factor is not None else None,
@@ -367,6 +371,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
     for size, avg, values, where in rows:
         size_bytes = size * nranks if coll in ("alltoall", "alltoallv") else size
         extra = {"osu_size": size, **{_slug_col(c): v for c, v in values.items()}}
+        low, high = values.get("Min Latency(us)"), values.get("Max Latency(us)")
         out.append(
             _record(
                 tool="osu",
@@ -381,6 +386,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
                 where=where,
                 extra=extra,
                 time_reduction="avg",
+                min_max_us=(low, high) if low is not None and high is not None else None,
             )
         )
     return out
