@@ -224,3 +224,39 @@ def test_external_command_mirrors_the_step():
     assert external.parse_external("nccl-tests", "alltoallv") == ("nccl-tests", None)
     with pytest.raises(ValueError, match="the tool must be one of"):
         external.parse_external("imb", "allreduce")
+
+
+def test_agreement_table_pairs_commbench_with_the_tool_in_the_same_run(tmp_path):
+    from analysis.report import write_report
+    from analysis.tables import agreement_table
+
+    out = tmp_path / "results.jsonl"
+    osu = str(FIXTURES / "osu_alltoall-5.6.2.txt")
+    assert main(["import", "osu", osu, "--out", str(out), "--nranks", "4", "--run-id", "A"]) == 0
+    ours = []
+    for run, size, t in (("A", 8, 23.6), ("A", 16, 129.33), ("B", 8, 1.0)):
+        ours.append(
+            {
+                "run_id": run,
+                "system": "unknown",
+                "nranks": 4,
+                "collective": "alltoall",
+                "impl": "mpi",
+                "size_bytes": size,
+                "time_us": t,
+                "time_us_avg": t,
+            }
+        )
+    with out.open("a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in ours)
+    points, _ = load_all(out)
+    table = agreement_table(points)
+    # OSU's 2 B and 4 B per peer are 8 and 16 B per rank on 4 ranks; run B has no OSU
+    assert list(table["size_bytes"]) == [8, 16]
+    assert list(table["ratio"]) == pytest.approx([23.6 / 74.23, 1.0])
+    assert set(table["external"]) == {"osu:osu_alltoall"} and set(table["run_id"]) == {"A"}
+    report = tmp_path / "report.md"
+    write_report([out], report, fmt="md")
+    text = report.read_text()
+    assert "## Agreement with nccl-tests / rccl-tests / OSU" in text
+    assert "| osu:osu_alltoall |" in text and "| 1.00 |" in text
