@@ -25,13 +25,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 WAIT_S = 240
 
 
-def render_local(tmp_path: Path, run_id: str, **step) -> jobs.Job:
+def render_local(
+    tmp_path: Path, run_id: str, external: tuple[str, ...] = (), site_values=None, **step
+) -> jobs.Job:
+    import dataclasses
+
     profile = jobs.load_profile("local")
     available = jobs.registered_implementations()
     collective = "alltoallv" if "workload" in step else "allreduce"
     exp = jobs.custom_experiment(collective, ["mpi"], "cpu", available, 300, **step)
+    if external:
+        step = dataclasses.replace(exp.steps[0], external=external)
+        exp = dataclasses.replace(exp, steps=(step,))
     places = jobs.placeholders(ROOT, Path(sys.executable).parent)
-    site = jobs.resolve_site(profile, {}, {}, {}, 1, places)
+    site = jobs.resolve_site(profile, site_values or {}, {}, {}, 1, places)
     return jobs.render_job(
         profile,
         exp,
@@ -195,27 +202,8 @@ def fake_osu(folder: Path) -> Path:
 
 
 def render_with_osu(tmp_path: Path, run_id: str, osu: str) -> jobs.Job:
-    import dataclasses
-
-    profile = jobs.load_profile("local")
-    available = jobs.registered_implementations()
-    exp = jobs.custom_experiment(
-        "allreduce", ["mpi"], "cpu", available, 300, min="64K", max="128K", iters=3, warmup=1
-    )
-    exp = dataclasses.replace(exp, steps=(dataclasses.replace(exp.steps[0], external=("osu",)),))
-    places = jobs.placeholders(ROOT, Path(sys.executable).parent)
-    site = jobs.resolve_site(profile, {"osu": osu} if osu else {}, {}, {}, 1, places)
-    return jobs.render_job(
-        profile,
-        exp,
-        jobs.compute_allocation(profile, 1, 300),
-        site,
-        run_id=run_id,
-        repo=ROOT,
-        bindir=Path(sys.executable).parent,
-        results_root=tmp_path,
-        available=available,
-    )
+    site = {"osu": osu} if osu else {}
+    return render_local(tmp_path, run_id, ("osu",), site, min="64K", max="128K", iters=3, warmup=1)
 
 
 def check_osu_records(d: Path, run_id: str) -> None:
