@@ -178,6 +178,58 @@ def _record(
     }
 
 
+#: ``name`` in rccl-tests' JSON lines -> binary.
+JSON_NAMES = {
+    "AllReduce": "all_reduce_perf",
+    "AllToAll": "alltoall_perf",
+    "SendRecv": "sendrecv_perf",
+}
+
+
+def parse_tests_json(text: str, path: str, context: Mapping, tool: str) -> list[dict]:
+    """rccl-tests' ``--output_file F`` JSON lines (``-Z json``): the out-of-place rows."""
+    out = []
+    for lineno, line in _lines(text):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+            binary = JSON_NAMES[row["name"]]
+            size, time_us, in_place = int(row["size"]), float(row["time"]), int(row["inPlace"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{where}: not a {tool} JSON result line ({type(exc).__name__}: {exc}); "
+                "truncated output?"
+            ) from None
+        if in_place:
+            continue
+        nranks = context.get("nranks") or row.get("ranks") or row.get("gpus")
+        ctx = {k: v for k, v in context.items() if k not in ("nranks", "binary")}
+        extra = {"count": row.get("count")}
+        if str(row.get("#wrong", "")).isdigit():
+            extra["nwrong"] = int(row["#wrong"])
+        out.append(
+            _record(
+                tool=tool,
+                source=f"{tool} {binary} (JSON output file)",
+                impl=f"{tool}:{binary.removesuffix('_perf')}",
+                collective=NCCL_TESTS_BINARIES[binary],
+                size_bytes=size,
+                time_us=time_us,
+                nranks=int(nranks) if nranks else None,
+                dtype=NCCL_TESTS_TYPES.get(row.get("type"), row.get("type")),
+                context=ctx,
+                where=where,
+                extra=extra,
+                time_reduction="avg",
+            )
+        )
+    if not out:
+        raise ValueError(f"{path}:1: no out-of-place result line in this {tool} JSON file")
+    return out
+
+
 def parse_nccl_tests(
     text: str, path: str, context: Mapping, tool: str = "nccl-tests"
 ) -> list[dict]:
@@ -400,6 +452,8 @@ def parse_output(tool: str, text: str, path: str, context: Mapping) -> list[dict
     if tool == "osu":
         return parse_osu(text, path, context)
     if tool in ("nccl-tests", "rccl-tests"):
+        if text.lstrip().startswith("{"):
+            return parse_tests_json(text, path, context, tool)
         return parse_nccl_tests(text, path, context, tool)
     raise ValueError(f"unknown tool {tool!r}: choose {', '.join(TOOLS)}")
 

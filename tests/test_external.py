@@ -260,3 +260,13 @@ def test_agreement_table_pairs_commbench_with_the_tool_in_the_same_run(tmp_path)
     text = report.read_text()
     assert "## Agreement with nccl-tests / rccl-tests / OSU" in text
     assert "| osu:osu_alltoall |" in text and "| 1.00 |" in text
+
+
+def test_rccl_tests_json_output_file():
+    recs = parse("rccl-tests", "rccl-tests-all_reduce-output_file.json")
+    assert [r["size_bytes"] for r in recs] == [1024, 2048, 4096]  # out-of-place rows only
+    assert recs[0]["impl"] == "rccl-tests:all_reduce" and recs[0]["nranks"] == 4
+    assert recs[0]["busbw_GBps"] == pytest.approx(0.08006609623048194)
+    text = (FIXTURES / "rccl-tests-all_reduce-output_file.json").read_text()
+    with pytest.raises(ValueError, match=r"run.json:4: not a rccl-tests JSON result line"):
+        external.parse_output("rccl-tests", text[: text.index("\n", 400) + 60], "run.json", {})
