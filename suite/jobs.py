@@ -1112,11 +1112,13 @@ def plan_external(
             from suite.backends.dtypes import parse_dtype
 
             dtype = dtype_name(parse_dtype(step.dtype)) if step.dtype else None
+            # OSU's all-to-all sizes are per peer; commbench's (and nccl-tests') per rank
+            per = alloc.ntasks if tool == "osu" and step.collective != "allreduce" else 1
             cmd = external_command(
                 tool,
                 binary,
-                min_size=parse_size(step.min),
-                max_size=parse_size(step.max),
+                min_size=max(1, parse_size(step.min) // per),
+                max_size=max(1, parse_size(step.max) // per),
                 factor=step.factor,
                 iters=step.iters,
                 warmup=step.warmup,
