@@ -120,6 +120,9 @@ _NCCL_BINARY_RE = re.compile(r"\b(all_reduce_perf|alltoall_perf|sendrecv_perf)\b
 _REDUCTION_OPS = ("sum", "prod", "max", "min", "avg", "mulsum")
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\b")
 _OSU_TITLE_RE = re.compile(r"^# OSU MPI(?:-(CUDA|ROCM|ROCm))? (.+?) Test v(\S+)", re.I)
+_OSU_DATATYPE_RE = re.compile(r"^# Datatype: (MPI_\w+)")
+#: OSU's ``# Datatype:`` line -> commbench dtype name.
+OSU_TYPES = {"MPI_CHAR": "int8", "MPI_INT": "int32", "MPI_FLOAT": "float32"}
 _OSU_FAIL_RE = re.compile(r"(Validation Failed|Caught signal|[Ee]rror|Abort|ABORT)")
 
 
@@ -361,7 +364,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
     OSU's size is per message: an all-to-all record's ``size_bytes`` is that times the
     number of ranks (commbench's and nccl-tests' per-rank buffer), so ``nranks`` is needed.
     """
-    title = version = device = None
+    title = version = device = dtype = None
     header_line = None
     rows: list[tuple[int, float, dict, str]] = []
     last = 0
@@ -376,6 +379,10 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
                     "output of several runs; import one run per file"
                 )
             device, title, version = m.group(1), m.group(2), m.group(3)
+            continue
+        m = _OSU_DATATYPE_RE.match(line)
+        if m:
+            dtype = OSU_TYPES.get(m.group(1))
             continue
         if line.startswith("# Size"):
             header_line = lineno
@@ -433,7 +440,7 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
                 size_bytes=size_bytes,
                 time_us=avg,
                 nranks=nranks,
-                dtype=None,
+                dtype=dtype,
                 context=ctx,
                 where=where,
                 extra=extra,

@@ -62,6 +62,7 @@ def test_osu_collectives_and_latency():
     assert a2a[0]["info"]["max_latency_us"] == 118.85 and a2a[0]["time_us"] == 74.23
     v = parse("osu", "osu_alltoallv-7.5-tail.txt", nranks=384)
     assert v[0]["collective"] == "alltoallv" and v[0]["info"]["p99_tail_lat_us"] == 634.30
+    assert v[0]["dtype"] == "int8" and a2a[0]["dtype"] is None  # "# Datatype: MPI_CHAR." (7.x)
     lat = parse("osu", "osu_latency-5.0.txt", nranks=99)
     assert len(lat) == 24 and lat[0]["nranks"] == 2 and lat[0]["collective"] == "sendrecv"
     assert lat[-1]["size_bytes"] == 4194304 and lat[-1]["time_us"] == 497.37
@@ -255,6 +256,9 @@ def test_agreement_table_pairs_commbench_with_the_tool_in_the_same_run(tmp_path)
     assert list(table["size_bytes"]) == [8, 16]
     assert list(table["ratio"]) == pytest.approx([23.6 / 74.23, 1.0])
     assert set(table["external"]) == {"osu:osu_alltoall"} and set(table["run_id"]) == {"A"}
+    # OSU 5.x prints no max over ranks: figure 1 has no latency line for it, and no crash
+    osu_ar = str(FIXTURES / "osu_allreduce-5.4.1-cray.txt")
+    assert main(["import", "osu", osu_ar, "--out", str(out), "--nranks", "4", "--run-id", "A"]) == 0
     report = tmp_path / "report.md"
     write_report([out], report, fmt="md")
     text = report.read_text()
