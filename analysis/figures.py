@@ -227,9 +227,13 @@ def figure_1(
 
 
 def _latency_panel(ax: Axes, ctx: pd.DataFrame, ref: pd.DataFrame, system, nodes) -> None:
+    drew = False
     for label, kind, rows in _lines(ctx):
-        s = summarise(rows, ["size_bytes"], "latency_max")
-        plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
+        # imported tools that print no max over ranks (OSU without -f) have no point here
+        s = summarise(rows, ["size_bytes"], "latency_max").dropna(subset=["value"])
+        if not s.empty:
+            plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
+            drew = True
     lat = ref[(ref["quantity"] == "latency_us") & (ref["collective"] == "allreduce")]
     lat = _for_system(lat, system)
     lat = lat[lat["nodes"] == (nodes if not pd.isna(nodes) else -1)]
@@ -239,8 +243,12 @@ def _latency_panel(ax: Axes, ctx: pd.DataFrame, ref: pd.DataFrame, system, nodes
     if not lat.empty:
         first = lat.iloc[0]
         sizes += _latency_reference(ax, lat, f"{first['impl']} {int(first['gpus'])} GPUs")
+        drew = True
     size_axis(ax, sizes)
-    log_y(ax)
+    if drew:
+        log_y(ax)
+    else:
+        _note(ax, "no max-over-ranks latency in these records")
     ax.set_ylabel("latency per call (µs, max over ranks)")
     ax.grid(True, which="major", alpha=0.3)
     legend(ax)

@@ -25,6 +25,7 @@ from analysis.load import load_all, load_reference, result_files, run_metadata
 from analysis.scorecard import scorecard
 from analysis.style import binary_label
 from analysis.tables import (
+    agreement_table,
     best_table,
     line_rate_table,
     line_rates,
@@ -193,6 +194,23 @@ def present_model_error(table: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def present_agreement(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "system": table["system"],
+            "run": table["run_id"],
+            "ranks": table["nranks"],
+            "collective": table["collective"],
+            "size": _size_column(table),
+            "commbench": table["impl"],
+            "external": table["external"],
+            "commbench (µs)": table["commbench_us"].map(_fmt_num),
+            "external (µs)": table["external_us"].map(_fmt_num),
+            "commbench / external": table["ratio"].map(lambda v: f"{v:.2f}"),
+        }
+    )
+
+
 def present_reference(ref: pd.DataFrame) -> pd.DataFrame:
     def what(row) -> str:
         if math.isfinite(row.value):
@@ -300,6 +318,15 @@ def _sections(points, ref, rates) -> list[dict]:
             "text": "Points both measured and modelled: the model's error.",
             "table": present_model_error(model_error_table(points)),
             "empty": "no point was both measured and modelled",
+        },
+        {
+            "title": "Agreement with nccl-tests / rccl-tests / OSU",
+            "text": "commbench's mpi, nccl and rccl against the tools people trust, measured "
+            "in the same run (commbench import): median times at the same bytes and ranks; "
+            "1.00 means they agree, above 1 commbench is slower.",
+            "table": present_agreement(agreement_table(points)),
+            "empty": "no external baseline measured next to commbench in the same run "
+            "(set the nccl_tests / rccl_tests / osu site values)",
         },
         {
             "title": "The papers' numbers (reference, not ours)",

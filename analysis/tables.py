@@ -338,3 +338,48 @@ def model_error_table(df: pd.DataFrame) -> pd.DataFrame:
     both = both.rename(columns={"measured": "measured_us", "modelled": "modelled_us"})
     both["ratio"] = both["modelled_us"] / both["measured_us"]
     return both[cols]
+
+
+#: (commbench impl, external baseline impl) pairs the agreement check compares.
+AGREEMENT_PAIRS = (
+    ("mpi", "osu:osu_allreduce"),
+    ("mpi", "osu:osu_alltoall"),
+    ("nccl", "nccl-tests:all_reduce"),
+    ("nccl", "nccl-tests:alltoall"),
+    ("rccl", "rccl-tests:all_reduce"),
+    ("rccl", "rccl-tests:alltoall"),
+)
+
+
+def agreement_table(df: pd.DataFrame) -> pd.DataFrame:
+    """commbench's baselines against the external tools on the same allocation.
+
+    Measured points of a pair in :data:`AGREEMENT_PAIRS` with the same system, run,
+    ranks, collective and size: both median times and commbench / external (1 = agree).
+    """
+    keys = ["system", "run_id", "nodes", "nranks", "collective", "size_bytes"]
+    cols = [*keys, "impl", "external", "commbench_us", "external_us", "ratio"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    data = df[df["kind"] == "measured"].copy()
+    data["run_id"] = data["run_id"].fillna("")
+    med = data.groupby([*keys, "impl"], dropna=False)["time_us"].median().reset_index()
+    parts = []
+    for ours, theirs in AGREEMENT_PAIRS:
+        a = (
+            med[med["impl"] == ours]
+            .drop(columns="impl")
+            .rename(columns={"time_us": "commbench_us"})
+        )
+        b = med[med["impl"] == theirs].drop(columns=["impl", "nodes"])
+        b = b.rename(columns={"time_us": "external_us"})
+        both = a.merge(b, on=[k for k in keys if k != "nodes"])
+        if both.empty:
+            continue
+        both["impl"], both["external"] = ours, theirs
+        parts.append(both)
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)
+    out["ratio"] = out["commbench_us"] / out["external_us"]
+    return out[cols].sort_values([*keys, "impl"]).reset_index(drop=True)

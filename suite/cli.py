@@ -20,6 +20,7 @@ SUBCOMMANDS = [
     "suite.sweep",
     "suite.simulate",
     "suite.report_cli",
+    "suite.import_cli",
     "suite.schedule_cli",
     "suite.cluster.cli",
 ]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import UsageError
+from suite.external import SITE_KEYS, TOOL_BACKENDS, external_command, parse_external
 from suite.units import format_size, parse_size
 
 if sys.version_info >= (3, 11):
@@ -445,6 +446,10 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     if "python" in site:
         raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
     site["python"] = SiteKey("python", "the Python that runs commbench on the nodes", python)
+    for site_name, key in EXTERNAL_SITE_KEYS.items():
+        if site_name in site:
+            raise UsageError(f"{site_t.where}: {site_name!r} is built in (external baselines)")
+        site[site_name] = key
 
     lims = typed(LimitsTable, "limits")
     limits = _limit(lims)
@@ -504,6 +509,14 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
 
 
 # ---------------------------------------------------------------- site values
+
+#: Built-in site keys: where the external baselines' binaries are (empty: not configured).
+EXTERNAL_SITE_KEYS = {
+    "nccl_tests": SiteKey("nccl_tests", "folder with nccl-tests' *_perf binaries"),
+    "rccl_tests": SiteKey("rccl_tests", "folder with rccl-tests' *_perf binaries"),
+    "osu": SiteKey("osu", "folder with the OSU micro-benchmarks (osu_allreduce, ...)"),
+    "osu_device": SiteKey("osu_device", "OSU -d value (cuda or rocm) when OSU was built so"),
+}
 
 #: What a user's site file may set for a system besides its site keys.
 SITE_FILE_EXTRAS = ("modules", "pre_run", "post_run", "extra_sbatch", "max_nodes", "max_walltime")
@@ -838,6 +851,7 @@ _STEP_FIELDS = {
     "workload": "str",
     "timing": "str",
     "average": "int",
+    "external": "strs",
 }
 
 
@@ -857,6 +871,7 @@ class Step:
     workload: str | None = None
     timing: str | None = None
     average: int | None = None
+    external: tuple[str, ...] = ()  # "TOOL" or "TOOL:BINARY" (suite.external)
     by_system: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_system(self, system: str) -> Step:
@@ -897,6 +912,11 @@ def _validate_step(step: Step, where: str) -> Step:
         from suite.backends.dtypes import parse_dtype
 
         parse_dtype(step.dtype)
+    for entry in step.external:
+        try:
+            parse_external(entry, step.collective)
+        except ValueError as exc:
+            raise UsageError(f"{where}: {exc}") from None
     if step.workload is not None:
         if step.collective != "alltoallv":
             raise UsageError(f"{where}: workload applies to alltoallv only")
@@ -915,6 +935,8 @@ def _step_fields(t: _Table) -> dict[str, Any]:
             out[key] = t.integer(key)
         elif kind == "str":
             out[key] = t.text(key)
+        elif kind == "strs":
+            out[key] = t.strs(key)
         else:
             value = t._get(key, None, False)
             if isinstance(value, bool) or not isinstance(value, int | str):
@@ -1020,6 +1042,78 @@ class RunCommand:
     collective: str
     impl: str
     args: tuple[str, ...]  # after `python -m suite run`
+
+
+@dataclass(frozen=True)
+class ExternalRun:
+    """One external baseline run: ``binary`` is empty when the site did not configure it."""
+
+    name: str
+    tool: str
+    binary: str
+    path: str  # the binary's path, "" when not configured
+    args: tuple[str, ...]
+    import_args: tuple[str, ...]  # after `python -m suite import`
+    reason: str = ""  # why it is skipped (not configured)
+
+
+def plan_external(
+    experiment: Experiment,
+    profile: Profile,
+    site: Mapping[str, str],
+    alloc: Allocation,
+    results_file: str,
+    first_index: int,
+) -> tuple[list[ExternalRun], list[str]]:
+    """The external baselines of ``experiment`` on ``profile`` (same sizes and iterations as
+    the commbench step they are listed in), and those that cannot run on its backend."""
+    runs, skipped = [], []
+    for step in experiment.steps:
+        step = step.for_system(profile.name)
+        for entry in step.external:
+            tool, binary = parse_external(entry, step.collective)
+            if binary is None:
+                skipped.append(f"{step.collective} {tool}: {tool} has no {step.collective} test")
+                continue
+            if profile.backend not in TOOL_BACKENDS[tool]:
+                skipped.append(f"{step.collective} {tool}: does not run on {profile.backend}")
+                continue
+            from kernels.dtypes import dtype_name
+            from suite.backends.dtypes import parse_dtype
+
+            dtype = dtype_name(parse_dtype(step.dtype)) if step.dtype else None
+            # OSU's all-to-all sizes are per peer; commbench's (and nccl-tests') per rank
+            per = alloc.ntasks if tool == "osu" and step.collective != "allreduce" else 1
+            cmd = external_command(
+                tool,
+                binary,
+                min_size=max(1, parse_size(step.min) // per),
+                max_size=max(1, parse_size(step.max) // per),
+                factor=step.factor,
+                iters=step.iters,
+                warmup=step.warmup,
+                check=step.check,
+                dtype=dtype,
+                backend=profile.backend,
+                osu_device=site.get("osu_device", ""),
+            )
+            name = f"{first_index + len(runs):02d}-{step.collective}-{_slug(tool)}-{binary}"
+            folder = site.get(SITE_KEYS[tool], "")
+            key = EXTERNAL_SITE_KEYS[SITE_KEYS[tool]]
+            reason = (
+                ""
+                if folder
+                else f"{tool} not configured: set {key.environ_name}, --set {key.name}=DIR "
+                f"or {key.name} in the site file"
+            )
+            import_args = [tool, f"logs/{name}.log", "--binary", binary, "--out", results_file]
+            import_args += ["--nranks", str(alloc.ntasks), "--nodes", str(alloc.nodes)]
+            import_args += ["--backend", profile.backend]
+            if profile.backend != "cpu":
+                import_args += ["--gpus-per-node", str(profile.gpus_per_node)]
+            path = str(Path(folder) / binary) if folder else ""
+            runs.append(ExternalRun(name, tool, binary, path, cmd.args, tuple(import_args), reason))
+    return runs, skipped
 
 
 def _slug(text: str) -> str:
@@ -1168,6 +1262,10 @@ def render_job(
     run_dir = Path(results_root) / profile.name / run_id
     results_file = str(run_dir / RESULTS_NAME)
     runs, skipped = plan_runs(experiment, profile, available, results_file)
+    externals, ext_skipped = plan_external(
+        experiment, profile, site, alloc, results_file, len(runs) + 1
+    )
+    skipped = [*skipped, *ext_skipped]
     sbatch = [
         format_sbatch_option(n, v)
         for n, v in sbatch_options(
@@ -1210,6 +1308,16 @@ def render_job(
         "launch_wrapper": [expand(w, places) for w in spec.wrapper],
         "calibration": calibration,
         "runs": [{"name": r.name, "args": list(r.args)} for r in runs],
+        "externals": [
+            {
+                "name": e.name,
+                "path": e.path,
+                "args": list(e.args),
+                "import_args": list(e.import_args),
+                "reason": e.reason,
+            }
+            for e in externals
+        ],
         "skipped": skipped,
     }
     script = template_environment(templates_dir).get_template(f"{launcher}.sh.j2").render(context)

@@ -231,8 +231,42 @@ def test_golden_render(system, launcher, nodes):
     assert script == path.read_text(), f"{path.name} differs from the render"
 
 
+#: Perlmutter with the external baselines' folders set (the site values a user gives).
+EXTERNAL_SITE = {
+    **SITE["perlmutter"],
+    "nccl_tests": "/global/common/software/m1234/nccl-tests/build",
+    "osu": "/global/common/software/m1234/osu/libexec/osu-micro-benchmarks/mpi/collective",
+    "osu_device": "cuda",
+}
+EXTERNAL_GOLDEN = "perlmutter-srun-n4-external.sh"
+
+
+def test_golden_render_with_external_baselines():
+    script = render("perlmutter", 4, site=EXTERNAL_SITE).script
+    path = GOLDEN / EXTERNAL_GOLDEN
+    if UPDATE:
+        path.write_text(script)
+    assert script == path.read_text(), f"{path.name} differs from the render"
+    for key, binary in (("nccl_tests", "all_reduce_perf"), ("osu", "osu_allreduce")):
+        assert f"EXTERNAL_BINARY={EXTERNAL_SITE[key]}/{binary}\n" in script
+    assert "-m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda" in script
+    assert "-b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d bfloat16" in script
+    assert "import_external 07-allreduce-osu-osu_allreduce osu" in script
+    assert "'allreduce rccl-tests: does not run on cuda'" in script
+
+
+def test_unconfigured_external_baselines_are_skipped_with_a_line():
+    script = render("perlmutter", 1).script
+    assert "EXTERNAL_BINARY" not in script
+    assert (
+        "skip_external 06-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: "
+        "set COMMBENCH_NCCL_TESTS"
+    ) in script
+    assert "error" not in script.split("skip_external() {")[1].split("}")[0]
+
+
 def test_no_stale_goldens():
-    expected = {f"{s}-{launcher}-n{n}.sh" for s, launcher, n in GOLDEN_CASES}
+    expected = {f"{s}-{launcher}-n{n}.sh" for s, launcher, n in GOLDEN_CASES} | {EXTERNAL_GOLDEN}
     assert {p.name for p in GOLDEN.glob("*.sh")} == expected
 
 
@@ -544,7 +578,8 @@ def test_parse_nodes():
 def test_unregistered_implementations_are_skipped_and_logged():
     job = render("h200", 2)
     assert "alltoallv fast: not registered" in job.skipped
-    assert "printf '%s\\n' 'alltoallv fast: not registered' >skipped.txt" in job.script
+    printf = next(line for line in job.script.splitlines() if line.startswith("printf '%s\\n'"))
+    assert "'alltoallv fast: not registered'" in printf and printf.endswith(">skipped.txt")
     assert not any(r.impl == "fast" for r in job.runs)
     only = {("allreduce", "mpi"): ("cpu",)}
     job = render("local", 1, available=only)

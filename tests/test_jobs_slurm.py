@@ -25,13 +25,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 WAIT_S = 240
 
 
-def render_local(tmp_path: Path, run_id: str, **step) -> jobs.Job:
+def render_local(
+    tmp_path: Path, run_id: str, external: tuple[str, ...] = (), site_values=None, **step
+) -> jobs.Job:
+    import dataclasses
+
     profile = jobs.load_profile("local")
     available = jobs.registered_implementations()
     collective = "alltoallv" if "workload" in step else "allreduce"
     exp = jobs.custom_experiment(collective, ["mpi"], "cpu", available, 300, **step)
+    if external:
+        step = dataclasses.replace(exp.steps[0], external=external)
+        exp = dataclasses.replace(exp, steps=(step,))
     places = jobs.placeholders(ROOT, Path(sys.executable).parent)
-    site = jobs.resolve_site(profile, {}, {}, {}, 1, places)
+    site = jobs.resolve_site(profile, site_values or {}, {}, {}, 1, places)
     return jobs.render_job(
         profile,
         exp,
@@ -174,3 +181,74 @@ def render_interconnect_plan(tmp_path: Path) -> list[jobs.RunCommand]:
         str(tmp_path / "x.jsonl"),
     )
     return runs
+
+
+# ---------------------------------------------------------------- external baselines
+
+FIXTURE = ROOT / "tests" / "fixtures" / "external" / "osu_allreduce-5.4.1-cray.txt"
+
+
+def fake_osu(folder: Path) -> Path:
+    """An ``osu_allreduce`` that prints a genuine OSU output (rank 0 only, as OSU does)."""
+    folder.mkdir()
+    exe = folder / "osu_allreduce"
+    exe.write_text(
+        "#!/bin/bash\n"
+        '[ "${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${SLURM_PROCID:-0}}}" = 0 ] || exit 0\n'
+        f"cat {FIXTURE}\n"
+    )
+    exe.chmod(0o755)
+    return folder
+
+
+def render_with_osu(tmp_path: Path, run_id: str, osu: str) -> jobs.Job:
+    site = {"osu": osu} if osu else {}
+    return render_local(tmp_path, run_id, ("osu",), site, min="64K", max="128K", iters=3, warmup=1)
+
+
+def check_osu_records(d: Path, run_id: str) -> None:
+    assert (d / "ready").is_file(), (d / "error").read_text() if (d / "error").exists() else ""
+    recs = records(d)
+    osu = [r for r in recs if r["impl"] == "osu:osu_allreduce"]
+    assert len(osu) == 19 and {r["run_id"] for r in osu} == {run_id}
+    assert {r["nranks"] for r in osu} == {4} and osu[0]["source"] == "osu osu_allreduce v5.4.1"
+    assert {r["size_bytes"] for r in recs if r["impl"] == "mpi"} == {65536, 131072}
+
+
+def test_external_osu_step_runs_and_is_imported_under_bash(tmp_path):
+    job = render_with_osu(tmp_path, "bash-osu", str(fake_osu(tmp_path / "osu")))
+    proc = run_script(job)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_osu_records(job.run_dir, "bash-osu")
+    log = (job.run_dir / "logs" / "02-allreduce-osu-osu_allreduce.log").read_text()
+    assert "# OSU MPI Allreduce Latency Test v5.4.1" in log
+
+
+def test_unconfigured_external_step_is_skipped_with_a_line(tmp_path):
+    job = render_with_osu(tmp_path, "bash-no-osu", "")
+    proc = run_script(job)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    d = job.run_dir
+    assert (d / "ready").is_file() and not (d / "error").exists()
+    assert "skipped 02-allreduce-osu-osu_allreduce: osu not configured" in proc.stdout
+    assert "osu not configured" in (d / "skipped.txt").read_text()
+    assert {r["impl"] for r in records(d)} == {"mpi"}
+
+
+def test_external_osu_step_on_local_slurm(tmp_path):
+    need_slurm()
+    job = render_with_osu(tmp_path, f"osu-{os.getpid()}", str(fake_osu(tmp_path / "osu")))
+    path = jobs.write_job(job)
+    proc = subprocess.run(
+        ["sbatch", "--parsable", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    d = job.run_dir
+    deadline = time.monotonic() + WAIT_S
+    while not ((d / "ready").exists() or (d / "error").exists()):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id])
+            pytest.fail(f"job {job_id} wrote no sentinel in {WAIT_S} s")
+        time.sleep(1)
+    check_osu_records(d, job.run_id)

@@ -59,7 +59,8 @@ launch() {
     ibrun "$@"
 }
 
-# Run one step on every rank; its output goes to logs/NAME.log and to the job's output.
+# Run one step on every rank; its output goes to logs/NAME.log and to the job's output,
+# its exit status to $step_status.
 run_step() {
     local name=$1
     shift
@@ -70,6 +71,22 @@ run_step() {
         local where
         where=$("$PYTHON" -m suite.joblog "logs/$name.log" 1 2>/dev/null)
         failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
+    fi
+    # shellcheck disable=SC2034  # read after external baselines' steps (when there are any)
+    step_status=$rc
+}
+
+# An external baseline that cannot run here: one line in the job log and skipped.txt.
+skip_external() {
+    echo "skipped $1: $2" | tee -a skipped.txt
+}
+
+# Turn an external baseline's log into records (commbench import); a failure is the job's.
+import_external() {
+    local name=$1
+    shift
+    if ! "$PYTHON" -m suite import "$@"; then
+        failures+=("$name: commbench import failed (see the job output)")
     fi
 }
 
@@ -94,7 +111,7 @@ fi
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
 fi
-printf '%s\n' 'alltoallv fast: not registered' >skipped.txt
+printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not run on cuda' >skipped.txt
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
@@ -120,3 +137,5 @@ run_step 02-allreduce-nccl "$PYTHON" -m suite run allreduce --impl nccl --backen
 run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/vista/golden/results.jsonl
 run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
 run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
+skip_external 06-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
+skip_external 07-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
