@@ -262,7 +262,7 @@ def test_agreement_table_pairs_commbench_with_the_tool_in_the_same_run(tmp_path)
     report = tmp_path / "report.md"
     write_report([out], report, fmt="md")
     text = report.read_text()
-    assert "## Agreement with nccl-tests / rccl-tests / OSU" in text
+    assert "<summary><b>Agreement with nccl-tests / rccl-tests / OSU</b></summary>" in text
     assert "| osu:osu_alltoall |" in text and "| 1.00 |" in text
 
 
