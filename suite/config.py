@@ -52,8 +52,30 @@ def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
     try:
         return model.model_validate({**data, **extra})
     except pydantic.ValidationError as exc:
-        problems = [_message(".".join(str(p) for p in err["loc"]), err) for err in exc.errors()]
-        raise UsageError(f"{where}: {'; '.join(problems)}") from None
+        raise UsageError(f"{where}: {'; '.join(_problems(exc.errors()))}") from None
+
+
+#: What pydantic appends to an error's location for each member of a union (``int | str``).
+_UNION_MEMBERS = {"int", "str", "float", "bool"}
+
+
+def _problems(errors: list) -> list[str]:
+    """One message per key; a value that fits no member of a union is one message too
+    (``min must be an integer or a string, not True``)."""
+    by_key: dict[str, list] = {}
+    for err in errors:
+        loc = [str(p) for p in err["loc"]]
+        while len(loc) > 1 and loc[-1] in _UNION_MEMBERS:
+            loc.pop()
+        by_key.setdefault(".".join(loc), []).append(err)
+    out = []
+    for key, errs in by_key.items():
+        kinds = [_KIND[e["type"]].removeprefix("must be ") for e in errs if e["type"] in _KIND]
+        if len(errs) > 1 and len(kinds) == len(errs):
+            out.append(f"{key} must be {' or '.join(kinds)}, not {errs[0]['input']!r}")
+        else:
+            out.extend(_message(key, e) for e in errs)
+    return out
 
 
 # ---------------------------------------------------------------- profile tables
@@ -162,3 +184,88 @@ class CalibrationTable(BaseModel):
     impl: str
     size: str = "1M"
     pattern: str
+
+
+class LauncherTable(BaseModel):
+    """``[launch.NAME]``: the launcher's command, options and per-rank wrapper."""
+
+    model_config = STRICT
+
+    command: str | None = None
+    options: list[str] = []
+    wrapper: list[str] = []
+
+
+class LaunchTable(BaseModel):
+    """``[launch]``: the default launcher and a table for each allowed one."""
+
+    model_config = STRICT
+
+    default: str
+    srun: LauncherTable | None = None
+    ibrun: LauncherTable | None = None
+    mpirun: LauncherTable | None = None
+
+
+class ProfileFile(BaseModel):
+    """A system profile's top level. Its sub-tables are checked one by one with their
+    own models, so that an error names the table it is in."""
+
+    model_config = STRICT
+
+    name: str
+    description: str
+    scheduler: Literal["slurm"] = "slurm"
+    emulated_cluster: bool = False
+    devices: dict[str, Any]
+    nics: dict[str, Any]
+    resources: dict[str, Any]
+    launch: dict[str, Any]
+    run: dict[str, Any]
+    limits: dict[str, Any]
+    fabric: dict[str, Any]
+    calibration: dict[str, Any] | None = None
+    env: dict[str, str] = {}
+    env_multinode: dict[str, str] = {}
+    env_partial_node: dict[str, str] = {}
+    site: dict[str, dict[str, Any]] = {}
+
+
+# ---------------------------------------------------------------- experiments
+
+
+class StepOverride(BaseModel):
+    """What ``[steps.by_system.SYSTEM]`` may change in a step (and a step's own fields)."""
+
+    model_config = STRICT
+
+    collective: str | None = None
+    min: int | str | None = None
+    max: int | str | None = None
+    factor: int | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    check: int | None = None
+    dtype: str | None = None
+    workload: str | None = None
+    timing: str | None = None
+    average: int | None = None
+    external: list[str] | None = None
+
+
+class StepTable(StepOverride):
+    """One ``[[NAME.steps]]`` table of ``jobs/experiments.toml``."""
+
+    collective: str
+    impls: dict[str, list[str]]
+    by_system: dict[str, StepOverride] = {}
+
+
+class ExperimentTable(BaseModel):
+    """One ``[NAME]`` of ``jobs/experiments.toml``; its steps are checked one by one."""
+
+    model_config = STRICT
+
+    description: str
+    walltime: str
+    steps: list[dict[str, Any]] = Field(min_length=1)

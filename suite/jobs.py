@@ -133,64 +133,6 @@ def load_toml(path: Path) -> dict:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
 
 
-class _Table:
-    """Typed access to one TOML table, with errors that name the file and the key."""
-
-    def __init__(self, data: Mapping, where: str) -> None:
-        if not isinstance(data, Mapping):
-            raise UsageError(f"{where}: expected a table")
-        self.data, self.where, self.used = data, where, set()
-
-    def _get(self, key: str, default: Any, required: bool) -> Any:
-        self.used.add(key)
-        if key not in self.data:
-            if required:
-                raise UsageError(f"{self.where}: missing key {key!r}")
-            return default
-        return self.data[key]
-
-    def text(self, key: str, default: str | None = None, required: bool = False) -> str | None:
-        value = self._get(key, default, required)
-        if value is not None and not isinstance(value, str):
-            raise UsageError(f"{self.where}: {key} must be a string, not {value!r}")
-        return value
-
-    def integer(self, key: str, default: int | None = None, required: bool = False) -> int | None:
-        value = self._get(key, default, required)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise UsageError(f"{self.where}: {key} must be an integer, not {value!r}")
-        return value
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        value = self._get(key, default, False)
-        if not isinstance(value, bool):
-            raise UsageError(f"{self.where}: {key} must be true or false, not {value!r}")
-        return value
-
-    def strs(self, key: str) -> tuple[str, ...]:
-        value = self._get(key, [], False)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"{self.where}: {key} must be a list of strings")
-        return tuple(value)
-
-    def table(self, key: str, required: bool = False) -> _Table:
-        return _Table(self._get(key, {}, required), f"{self.where} [{key}]")
-
-    def str_map(self, key: str) -> dict[str, str]:
-        sub = self.table(key)
-        out = {}
-        for name, value in sub.data.items():
-            if not isinstance(value, str):
-                raise UsageError(f"{sub.where}: {name} must be a string, not {value!r}")
-            out[name] = value
-        return out
-
-    def done(self) -> None:
-        extra = sorted(set(self.data) - self.used)
-        if extra:
-            raise UsageError(f"{self.where}: unknown key(s) {', '.join(extra)}")
-
-
 # ---------------------------------------------------------------- profiles
 
 
@@ -369,37 +311,35 @@ def _site_key(name: str, data: Any, where: str) -> SiteKey:
     return key
 
 
-def _env_map(t: _Table, key: str) -> dict[str, str]:
-    env = t.str_map(key)
+def _env_map(env: Mapping[str, str], where: str) -> dict[str, str]:
     for name in env:
         if not _ENV_NAME_RE.match(name):
-            raise UsageError(f"{t.where} [{key}]: {name!r} is not a variable name")
-    return env
+            raise UsageError(f"{where}: {name!r} is not a variable name")
+    return dict(env)
 
 
 def parse_profile(data: Mapping, path: Path) -> Profile:
     """Validate profile ``data`` (read from ``path``) into a :class:`Profile`."""
-    top = _Table(data, str(path))
-    name = top.text("name", required=True)
-    if name != path.stem:
-        raise UsageError(f"{path}: name {name!r} must match the file name {path.stem!r}")
-    description = top.text("description", required=True)
-    if top.text("scheduler", "slurm") != "slurm":
-        raise UsageError(f"{path}: only scheduler = 'slurm' is supported")
-
     from suite.config import (
         CalibrationTable,
         DevicesTable,
         FabricTable,
+        LaunchTable,
         LimitsTable,
         NicsTable,
+        ProfileFile,
         ResourcesTable,
         RunTable,
         parse,
     )
 
+    top = parse(ProfileFile, data, str(path))
+    name, description = top.name, top.description
+    if name != path.stem:
+        raise UsageError(f"{path}: name {name!r} must match the file name {path.stem!r}")
+
     def typed(model, key: str):
-        return parse(model, top._get(key, None, True), f"{path} [{key}]")
+        return parse(model, getattr(top, key), f"{path} [{key}]")
 
     dev = typed(DevicesTable, "devices")
     backend, vendor, model = dev.backend, dev.vendor, dev.model
@@ -416,39 +356,33 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
         raise UsageError(f"{path} [resources]: gpu_option must be one of {', '.join(GPU_OPTIONS)}")
     forbidden = tuple(canonical_option(o, f"{path} [resources]") for o in res.forbidden)
 
-    launch = top.table("launch", required=True)
-    default_launcher = launch.text("default", required=True)
-    launchers = {}
-    for lname in sorted(set(launch.data) - {"default"}):
-        if lname not in LAUNCHERS:
-            raise UsageError(f"{launch.where}: unknown launcher {lname!r} ({', '.join(LAUNCHERS)})")
-        lt = launch.table(lname)
-        launchers[lname] = Launcher(
-            lname, lt.text("command", lname), lt.strs("options"), lt.strs("wrapper")
-        )
-        lt.done()
+    launch = typed(LaunchTable, "launch")
+    launchers = {
+        lname: Launcher(lname, lt.command or lname, tuple(lt.options), tuple(lt.wrapper))
+        for lname in LAUNCHERS
+        if (lt := getattr(launch, lname)) is not None
+    }
+    default_launcher = launch.default
     if default_launcher not in launchers:
-        raise UsageError(f"{launch.where}: default launcher {default_launcher!r} has no table")
-    launch.done()
+        raise UsageError(f"{path} [launch]: default launcher {default_launcher!r} has no table")
 
     run = typed(RunTable, "run")
     python, modules = run.python, tuple(run.modules)
     pre_run, post_run = tuple(run.pre_run), tuple(run.post_run)
     extra_sbatch = tuple(run.extra_sbatch)
 
-    env = _env_map(top, "env")
-    env_multinode = _env_map(top, "env_multinode")
-    env_partial = _env_map(top, "env_partial_node")
+    env = _env_map(top.env, f"{path} [env]")
+    env_multinode = _env_map(top.env_multinode, f"{path} [env_multinode]")
+    env_partial = _env_map(top.env_partial_node, f"{path} [env_partial_node]")
 
-    site_t = top.table("site")
-    site = {k: _site_key(k, site_t.data[k], f"{site_t.where} [{k}]") for k in sorted(site_t.data)}
-    site_t.used.update(site_t.data)
+    site_where = f"{path} [site]"
+    site = {k: _site_key(k, v, f"{site_where} [{k}]") for k, v in sorted(top.site.items())}
     if "python" in site:
-        raise UsageError(f"{site_t.where}: 'python' is built in (set [run] python)")
+        raise UsageError(f"{site_where}: 'python' is built in (set [run] python)")
     site["python"] = SiteKey("python", "the Python that runs commbench on the nodes", python)
     for site_name, key in EXTERNAL_SITE_KEYS.items():
         if site_name in site:
-            raise UsageError(f"{site_t.where}: {site_name!r} is built in (external baselines)")
+            raise UsageError(f"{site_where}: {site_name!r} is built in (external baselines)")
         site[site_name] = key
 
     lims = typed(LimitsTable, "limits")
@@ -459,7 +393,7 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
     fabric = Fabric(**typed(FabricTable, "fabric").model_dump())
 
     calibration = None
-    if "calibration" in top.data:
+    if top.calibration is not None:
         cal = typed(CalibrationTable, "calibration")
         size = format_size(parse_size(cal.size))
         calibration = Calibration(cal.collective, cal.impl, size, cal.pattern)
@@ -467,8 +401,7 @@ def parse_profile(data: Mapping, path: Path) -> Profile:
             re.compile(calibration.pattern)
         except re.error as exc:
             raise UsageError(f"{path} [calibration]: pattern is not a regex: {exc}") from None
-    emulated_cluster = top.flag("emulated_cluster")
-    top.done()
+    emulated_cluster = top.emulated_cluster
 
     profile = Profile(
         name=name,
@@ -838,22 +771,6 @@ def format_sbatch_option(name: str, value: str | None) -> Shell:
 
 # ---------------------------------------------------------------- experiments
 
-#: Step keys and their kinds ("size" takes 65536 or "64K").
-_STEP_FIELDS = {
-    "collective": "str",
-    "min": "size",
-    "max": "size",
-    "factor": "int",
-    "iters": "int",
-    "warmup": "int",
-    "check": "int",
-    "dtype": "str",
-    "workload": "str",
-    "timing": "str",
-    "average": "int",
-    "external": "strs",
-}
-
 
 @dataclass(frozen=True)
 class Step:
@@ -926,44 +843,36 @@ def _validate_step(step: Step, where: str) -> Step:
     return step
 
 
-def _step_fields(t: _Table) -> dict[str, Any]:
+def _step_fields(table, where: str) -> dict[str, Any]:
+    """The fields a parsed step table sets (sizes normalised, lists as tuples)."""
     out: dict[str, Any] = {}
-    for key, kind in _STEP_FIELDS.items():
-        if key not in t.data:
+    for key, value in table.model_dump(exclude_unset=True).items():
+        if key in ("impls", "by_system"):
             continue
-        if kind == "int":
-            out[key] = t.integer(key)
-        elif kind == "str":
-            out[key] = t.text(key)
-        elif kind == "strs":
-            out[key] = t.strs(key)
-        else:
-            value = t._get(key, None, False)
-            if isinstance(value, bool) or not isinstance(value, int | str):
-                raise UsageError(f'{t.where}: {key} must be a size like 65536 or "64K"')
-            out[key] = format_size(parse_size(value))
+        if key in ("min", "max"):
+            try:
+                value = format_size(parse_size(value))
+            except ValueError:
+                raise UsageError(f'{where}: {key} must be a size like 65536 or "64K"') from None
+        out[key] = tuple(value) if key == "external" else value
     return out
 
 
 def parse_step(data: Mapping, where: str) -> Step:
-    t = _Table(data, where)
-    fields = _step_fields(t)
-    if "collective" not in fields:
-        raise UsageError(f"{where}: missing key 'collective'")
-    impls_t = t.table("impls", required=True)
-    impls = {backend: impls_t.strs(backend) for backend in impls_t.data}
-    by_t = t.table("by_system")
+    from suite.config import StepTable, parse
+
+    table = parse(StepTable, data, where)
     by_system = {}
-    for system in by_t.data:
-        sub = by_t.table(system)
-        over = _step_fields(sub)
-        sub.done()
-        if "collective" in over:
-            raise UsageError(f"{sub.where}: the collective cannot change per system")
-        by_system[system] = over
-    by_t.used.update(by_t.data)
-    t.done()
-    step = _validate_step(Step(impls=impls, by_system=by_system, **fields), where)
+    for system, over in table.by_system.items():
+        if over.collective is not None:
+            raise UsageError(
+                f"{where} [by_system] [{system}]: the collective cannot change per system"
+            )
+        by_system[system] = _step_fields(over, f"{where} [by_system] [{system}]")
+    impls = {backend: tuple(names) for backend, names in table.impls.items()}
+    step = _validate_step(
+        Step(impls=impls, by_system=by_system, **_step_fields(table, where)), where
+    )
     for system in by_system:
         step.for_system(system)
     return step
@@ -971,22 +880,20 @@ def parse_step(data: Mapping, where: str) -> Step:
 
 def load_experiments(path: Path = EXPERIMENTS_FILE) -> dict[str, Experiment]:
     """Every experiment in ``jobs/experiments.toml``, validated."""
+    from suite.config import ExperimentTable, parse
+
     out = {}
     for name, data in load_toml(path).items():
         where = f"{path} [{name}]"
         if not _NAME_RE.match(name):
             raise UsageError(f"{where}: experiment names use letters, digits, '.', '_', '-'")
-        t = _Table(data, where)
-        steps_data = t._get("steps", None, True)
-        if not isinstance(steps_data, list) or not steps_data:
-            raise UsageError(f"{where}: steps must be a non-empty array of tables")
+        table = parse(ExperimentTable, data, where)
         out[name] = Experiment(
             name=name,
-            description=t.text("description", required=True),
-            walltime_s=parse_walltime(t.text("walltime", required=True)),
-            steps=tuple(parse_step(s, f"{where} step {i + 1}") for i, s in enumerate(steps_data)),
+            description=table.description,
+            walltime_s=parse_walltime(table.walltime),
+            steps=tuple(parse_step(s, f"{where} step {i + 1}") for i, s in enumerate(table.steps)),
         )
-        t.done()
     return out
 
 

@@ -217,6 +217,44 @@ def test_experiment_validation(tmp_path):
         jobs.load_experiment("nope")
 
 
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ("min = true", "min must be an integer or a string, not True"),
+        ('min = "4Q"', 'min must be a size like 65536 or "64K"'),
+        ("iters = 2.5", "iters must be an integer, not 2.5"),
+        ('external = "osu"', "external must be a list, not 'osu'"),
+        ('by_system.local = { collective = "alltoall" }', "the collective cannot change"),
+    ],
+)
+def test_typed_step_errors_name_the_step_and_key(tmp_path, step, message):
+    path = tmp_path / "e.toml"
+    path.write_text(
+        '[x]\ndescription = "d"\nwalltime = "00:10:00"\n[[x.steps]]\n'
+        f'collective = "allreduce"\nimpls.cpu = ["mpi"]\n{step}\n'
+    )
+    with pytest.raises(UsageError, match=r"e\.toml \[x\] step 1.*: " + re.escape(message)):
+        jobs.load_experiments(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.pop("description"), r"local\.toml: missing key 'description'"),
+        (lambda d: d.update(scheduler="pbs"), r"local\.toml: scheduler must be 'slurm'"),
+        (lambda d: d["launch"].update(aprun={}), r"\[launch\]: unknown key\(s\) aprun"),
+        (lambda d: d["env"].update(X=1), r"local\.toml: env\.X must be a string, not 1"),
+        (lambda d: d["env"].update({"A-B": "1"}), r"\[env\]: 'A-B' is not a variable name"),
+    ],
+)
+def test_typed_profile_top_level_errors(tmp_path, edit, message):
+    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data.setdefault("env", {})
+    edit(data)
+    with pytest.raises(UsageError, match=message):
+        jobs.parse_profile(data, tmp_path / "local.toml")
+
+
 # ---------------------------------------------------------------- golden renders
 
 
