@@ -98,13 +98,11 @@ def warmup() -> float:
     d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
     _core.minmax(d)
     out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2)
-    region, c, line, lb, moves, perms, weights, computed, tail = out
+    region, c, line, lb, perms, weights, computed, tail = out
     for pipelined in (True, False):
-        _core.build_rank(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, pipelined, 64, 0)
-        _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, -1, True, pipelined,
-                    64, 64, 0)  # fmt: skip
-        _core.build(d, 2, 1, 0, region, c, moves, perms, weights, tail, 1, False, pipelined,
-                    64, 1, 0)  # fmt: skip
+        _core.build_rank(d, 2, 1, 0, region, c, perms, weights, tail, 1, pipelined, 64, 0)
+        _core.build(d, 2, 1, 0, region, c, perms, weights, tail, -1, True, pipelined, 64, 64, 0)
+        _core.build(d, 2, 1, 0, region, c, perms, weights, tail, 1, False, pipelined, 64, 1, 0)
     _core.bind_order(np.zeros((0, len(_plan.OP_FIELDS)), np.int64), 1, True, 0, 1, 0)
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
@@ -163,7 +161,6 @@ class Schedule:
             self._caps,
             line,
             lb,
-            self._moves,
             self.perms,
             self._units,
             self.computed_stages,
@@ -270,7 +267,7 @@ class Schedule:
         while True:
             ops, first, nops, pcs, npcs, bufbytes = build(
                 self.traffic, g, self.unit, _shift(self.unit), self._region, self._caps,
-                self._moves, self.perms, self._units, self._tail, want, with_pieces,
+                self.perms, self._units, self._tail, want, with_pieces,
                 self.balance == "pipelined", cap_ops, cap_pcs, self._tail_step)  # fmt: skip
             if nops <= cap_ops and npcs <= cap_pcs:
                 return ops, first, pcs, bufbytes
@@ -299,7 +296,7 @@ class Schedule:
             while True:  # the table is sized by a guess; rarely short, then built again
                 rows, nops, *b = build(
                     self.traffic, self.gpus_per_node, self.unit, _shift(self.unit), self._region,
-                    self._caps, self._moves, self.perms, self._units, self._tail, rank,
+                    self._caps, self.perms, self._units, self._tail, rank,
                     self.balance == "pipelined", cap, self._tail_step)  # fmt: skip
                 if nops <= cap:
                     break
@@ -585,14 +582,14 @@ def _split_first(core: tuple, fraction: float) -> tuple:
     """The core's result with its first stage split into a leading part of about
     ``fraction`` of its weight (>= 1 unit) and the rest, same permutation. Every server
     pair keeps its capacity, so balancing and the tail are unchanged."""
-    region, c, line, lb, moves, perms, weights, computed, tail = core
+    region, c, line, lb, perms, weights, computed, tail = core
     if len(weights) == 0 or weights[0] < 2:
         return core
     w0 = int(weights[0])
     lead = min(max(1, round(fraction * w0)), w0 - 1)
     perms = np.concatenate([perms[:1], perms])
     weights = np.concatenate([np.array([lead, w0 - lead], dtype=weights.dtype), weights[1:]])
-    return region, c, line, lb, moves, perms, weights, computed, tail
+    return region, c, line, lb, perms, weights, computed, tail
 
 
 def _quantum_units(quantum, d: np.ndarray, g: int, unit: int) -> int:
