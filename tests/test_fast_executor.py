@@ -57,9 +57,9 @@ OPTIONS = st.sampled_from([
 ])  # fmt: skip
 
 
-def execute(sched, groups: str = "world", sendbufs=None, defer: bool = False) -> list[np.ndarray]:
+def execute(sched, groups: str = "world", sendbufs=None, once: bool = False) -> list[np.ndarray]:
     """Every rank's receive buffer after running its plan on the threaded transport
-    (``defer``: the buffer slices are cut step by step during the run)."""
+    (``once``: the buffer slices are cut and freed step by step during the run)."""
     d = sched.traffic
     send = random_sendbufs(d, seed=1) if sendbufs is None else sendbufs
 
@@ -67,7 +67,7 @@ def execute(sched, groups: str = "world", sendbufs=None, defer: bool = False) ->
         r = t.topo.rank
         recv = np.full(int(d[:, r].sum()), 0xFF, np.uint8)
         ex = PlanExecutor(t, groups)
-        ex.bind(sched.plan(r), send[r], recv, defer=defer)
+        ex.bind(sched.plan(r), send[r], recv, once=once)
         ex.run()
         return recv
 
@@ -76,13 +76,13 @@ def execute(sched, groups: str = "world", sendbufs=None, defer: bool = False) ->
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traffic_cases(), OPTIONS, st.sampled_from(["world", "split"]), st.booleans())
-def test_executor_matches_alltoallv(tc, options, groups, defer):
+def test_executor_matches_alltoallv(tc, options, groups, once):
     d, g = tc
     sched = schedule(d, g, **options)
     for r in range(sched.nranks):
         assert schedule_problem(sched, d, g, r, int(d[r].sum()), int(d[:, r].sum())) is None
     send = random_sendbufs(d, seed=1)
-    got = execute(sched, groups, send, defer)
+    got = execute(sched, groups, send, once)
     want = alltoallv(d, send)
     for r in range(len(got)):
         np.testing.assert_array_equal(got[r], want[r], err_msg=f"rank {r}")
@@ -117,35 +117,53 @@ def test_one_group_per_step_and_scratch_only_grows():
         assert sizes[0] >= schedule(big, 2).plan(r).extra_bytes
 
 
-def test_deferred_bind_cuts_steps_during_the_run_once():
-    """``bind(defer=True)`` cuts no slice up front; the run cuts every step once, the
-    same posts as an eager bind, and a second run reuses them."""
+class _Recording:
+    """A transport that records what each ``start`` posts (group, peers and sizes)."""
+
+    def __init__(self, transport) -> None:
+        self.transport, self.topo, self.posts = transport, transport.topo, []
+
+    def empty(self, n: int, dtype):
+        return self.transport.empty(n, dtype)
+
+    def start(self, sends, recvs, group: str = "world"):
+        self.posts.append((group, [(p, v.size) for p, v in sends], [(p, v.size) for p, v in recvs]))
+        return self.transport.start(sends, recvs, group)
+
+    def copy(self, dst, src) -> None:
+        self.transport.copy(dst, src)
+
+
+def test_bind_once_cuts_and_frees_steps_during_the_run():
+    """``bind(once=True)`` cuts no slice up front and keeps none but the last step's
+    after a run; its runs post exactly what an eager bind's do, and a second run (cut
+    again) moves the same bytes."""
     d = np.random.default_rng(8).integers(0, 3000, (8, 8))
     sched = schedule(d, 2)
     send = random_sendbufs(d, seed=3)
 
-    def shape(steps):
-        return [([(g, [(p, v.size) for p, v in s], [(p, v.size) for p, v in r])
-                  for g, s, r in posts], [(a.size, b.size) for a, b in copies])
-                for posts, copies in steps]  # fmt: skip
-
     def rank(t):
         r = t.topo.rank
-        recv = np.zeros(int(d[:, r].sum()), np.uint8)
-        eager, lazy = PlanExecutor(t), PlanExecutor(t)
-        eager.bind(sched.plan(r), send[r], np.zeros_like(recv))
-        lazy.bind(sched.plan(r), send[r], recv, defer=True)
-        cut_before = len(lazy._steps)
-        lazy.run()
-        first = list(lazy._steps)
-        lazy.run()
-        reused = all(a is b for a, b in zip(first, lazy._steps, strict=True))
-        return recv, cut_before, shape(lazy._steps) == shape(eager._steps), lazy.nsteps, reused
+        eager_t, once_t = _Recording(t), _Recording(t)
+        eager, once = PlanExecutor(eager_t), PlanExecutor(once_t)
+        recv = [np.zeros(int(d[:, r].sum()), np.uint8) for _ in range(3)]
+        eager.bind(sched.plan(r), send[r], recv[0])
+        once.bind(sched.plan(r), send[r], recv[1], once=True)
+        cut_before = len(once._steps)
+        for ex in (eager, once):  # every rank runs both, in the same order
+            ex.run()
+        kept = len(once._steps)
+        once.bind(sched.plan(r), send[r], recv[2], once=True)
+        once.run()
+        half = len(once_t.posts) // 2
+        same = eager_t.posts == once_t.posts[:half] == once_t.posts[half:]
+        return recv, cut_before, kept, same, once.nsteps
 
     want = alltoallv(d, send)
-    for r, (recv, cut_before, same, nsteps, reused) in enumerate(run_ranks(8, 2, rank)):
-        np.testing.assert_array_equal(recv, want[r])
-        assert cut_before == 0 and same and nsteps > 0 and reused
+    for r, (recv, cut_before, kept, same, nsteps) in enumerate(run_ranks(8, 2, rank)):
+        for got in recv:
+            np.testing.assert_array_equal(got, want[r])
+        assert cut_before == 0 and kept == 0 and same and nsteps > 0
 
 
 def test_split_groups_post_node_and_rail_separately():

@@ -5,8 +5,8 @@ local copies of one rank (balance; intra-server traffic with rail step 0; rail s
 with the redistribution of rail step j - 1 out of the other staging buffer; the last
 drain). :class:`PlanExecutor` turns it, once per bind, into per-step lists of
 ``(peer, buffer slice)`` pairs bound to the caller's send / receive buffers and to its own
-scratch buffers (up front, or step by step during the first run: ``bind(defer=True)``),
-and :meth:`PlanExecutor.run` then posts and waits:
+scratch buffers (up front, or step by step during the run: ``bind(once=True)``), and
+:meth:`PlanExecutor.run` then posts and waits:
 
 * ``cpu``: each step is one batch of MPI ``Irecv``/``Isend`` plus ``numpy`` copies, then
   ``Waitall``: stage j + 1's rail transfers are in flight while stage j is redistributed;
@@ -165,11 +165,13 @@ class PlanExecutor:
 
     Binding is split in two: :meth:`bind` sorts the plan's ops into posting order and
     resolves peers and buffers for all of them at once (one call of the numba core, no
-    per-op Python work); the per-op buffer slices a transport needs are cut per step. ``bind(...,
-    defer=True)`` (what ``fast+sched`` uses) leaves that to :meth:`run`, which cuts step
-    j + 1's slices while step j is in flight, so a fresh plan's first message leaves
-    without waiting for the whole plan's slices; otherwise :meth:`bind` cuts them all.
-    Either way they are cut once per bind and reused by every later :meth:`run`."""
+    per-op Python work); the per-op buffer slices a transport needs are cut per step.
+    By default :meth:`bind` cuts them all and every :meth:`run` reuses them (``fast``:
+    one plan, many runs). ``bind(..., once=True)`` (``fast+sched``: a new plan every
+    call) leaves them to :meth:`run`, which cuts step j + 1's slices while step j is in
+    flight and frees step j's (slices and requests) while step j + 1 is in flight - the
+    last step's during the next run's first - so neither cutting nor freeing a plan's
+    slices sits before its first message or after its last (a later run cuts again)."""
 
     def __init__(self, transport: Any, groups: str = "world") -> None:
         if groups not in GROUPINGS:
@@ -177,7 +179,9 @@ class PlanExecutor:
         self.transport = transport
         self.groups = groups
         self._scratch: dict[int, Any] = {}
-        self._steps: list[tuple[tuple, tuple]] = []  # the steps cut so far, in order
+        self._steps: list[tuple[tuple, tuple]] = []  # every step, cut by bind (not once)
+        self._once = False
+        self._spent: tuple | None = None  # once: the last step run, freed during the next
         self._bounds: list[list[int]] = []  # per non-empty step: its class boundaries
         self._cols = np.zeros((6, 0), np.int64)  # the ops in posting order (see bind)
         self._bufs: list = []
@@ -192,10 +196,11 @@ class PlanExecutor:
         """Non-empty steps of the bound plan."""
         return len(self._bounds)
 
-    def bind(self, plan: P.RankPlan, send: Any, recv: Any, defer: bool = False) -> None:
+    def bind(self, plan: P.RankPlan, send: Any, recv: Any, once: bool = False) -> None:
         """Prepare ``plan`` on these buffers (byte arrays of the transport); no checks:
-        :func:`load` validates first. ``defer``: cut the buffer slices during the next
-        :meth:`run`, step by step (see the class docstring)."""
+        :func:`load` validates first. ``once``: the plan is run once - cut the buffer
+        slices during :meth:`run`, step by step, and free them as it goes (see the class
+        docstring)."""
         t = self.transport
         for buf, need in plan.buffer_bytes.items():
             have = self._scratch.get(buf)
@@ -206,21 +211,17 @@ class PlanExecutor:
         for buf, array in self._scratch.items():
             bufs[buf] = array
         self._bufs = bufs
-        self._steps = []
+        self._once = once
         topo = t.topo
         g = topo.gpus_per_node
         rows = np.ascontiguousarray(plan.ops).view(np.int64).reshape(-1, len(P.OP_FIELDS))
         cols, bounds = _bind_order()(rows, plan.nsteps, self.groups == "world",
                                      topo.node * g, g, topo.local)  # fmt: skip
         self._cols, self._bounds = cols, bounds.tolist()
-        if not defer:
-            for i in range(len(self._bounds)):
-                self._cut(i)
+        self._steps = [] if once else [self._cut(i) for i in range(len(self._bounds))]
 
     def _cut(self, i: int) -> tuple[tuple, tuple]:
-        """Step ``i``'s posts and copies as buffer slices (cut once, then kept)."""
-        if i < len(self._steps):
-            return self._steps[i]
+        """Step ``i``'s posts and copies as buffer slices."""
         b = self._bounds[i]
         peer, buf, lo, hi, dbuf, doff = self._cols[:, b[0] : b[5]].tolist()
         bufs = self._bufs
@@ -236,27 +237,30 @@ class PlanExecutor:
                           if o[c + 1] > o[c] or o[c + 3] > o[c + 2])  # fmt: skip
         else:
             posts = (("world", pairs[: o[2]], pairs[o[2] : o[4]]),) if o[4] else ()
-        step = (posts, copies)
-        self._steps.append(step)
-        return step
+        return posts, copies
 
     def run(self) -> None:
-        """One all-to-allv: per step, post its sends and receives, copy, wait (and cut
-        the next step's slices, if :meth:`bind` deferred them, before waiting)."""
+        """One all-to-allv: per step, post its sends and receives, copy, wait (bound
+        ``once``: cut the next step's slices and free the previous step's before waiting)."""
         t = self.transport
         n = len(self._bounds)
         if n == 0:
             return
-        step = self._cut(0)
+        once = self._once
+        step = self._cut(0) if once else self._steps[0]
         for i in range(n):
             posts, copies = step
             pending = [t.start(s, r, group) for group, s, r in posts]
             for dst, src in copies:
                 t.copy(dst, src)
+            if once:
+                self._spent = None  # the step before this one, freed while this one moves
             if i + 1 < n:
-                step = self._cut(i + 1)  # while step i is in flight
+                step = self._cut(i + 1) if once else self._steps[i + 1]
             for p in pending:
                 p.wait()
+            if once:
+                self._spent = (posts, copies, pending)
 
 
 def _bind_order():

@@ -160,7 +160,7 @@ class FastSched(_Fast):
         sched = self._made_ahead(case)
         if sched is None:
             sched = self._synthesize(case.traffic, case.unit)
-        self.executor.bind(sched.plan(rank), case.send, case.recv, defer=True)
+        self.executor.bind(sched.plan(rank), case.send, case.recv, once=True)
         if self.ahead:
             self._next = schedule_ahead(case.traffic, self.transport.topo.gpus_per_node,
                                         rank=rank, unit=case.unit, **self.options)  # fmt: skip

@@ -9,7 +9,7 @@ gets a new matrix (the MoE case), and the table gives median and p99 over calls 
 
 - ``synth``: :func:`kernels.fast.schedule` (balancing, server matrix, stages, tail);
 - ``plan``: rank 0's plan (:meth:`Schedule.plan`);
-- ``bind``: :meth:`PlanExecutor.bind` as ``fast+sched`` calls it (``defer=True``), so
+- ``bind``: :meth:`PlanExecutor.bind` as ``fast+sched`` calls it (``once=True``), so
   ``host`` = synth + plan + bind is what runs before the first byte can move;
 - ``run``: the executor's own host work during the call (cutting each step's buffer
   slices while the step before it is in flight, and the loop), on a transport that moves
@@ -138,7 +138,7 @@ def per_call(mats: list[np.ndarray], g: int, calls: int, **options) -> dict:
         t1 = clock()
         plan = sched.plan(0)
         t2 = clock()
-        ex.bind(plan, send, recv, defer=True)
+        ex.bind(plan, send, recv, once=True)
         t3 = clock()
         ex.run()
         t4 = clock()
