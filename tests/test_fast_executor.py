@@ -338,3 +338,5 @@ def test_per_call_benchmark_pieces():
     m = bench.per_call(small, 4, 3)
     assert all(len(m[k]) == 3 for k in ("synth", "plan", "bind", "host", "run"))
     assert m["ops"] > 0 and min(m["host"]) > 0
+    ahead = bench.ahead_calls(small, 4, 3, xfer_us=50.0)
+    assert len(ahead) == 3 and min(ahead) > 0
