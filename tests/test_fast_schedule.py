@@ -468,6 +468,25 @@ def test_schedule_ahead_is_schedule_on_another_thread():
         bad.result(timeout=60)
 
 
+def test_threads_share_the_matrix_pass_and_change_nothing(monkeypatch):
+    """``threads`` splits the regions pass into row blocks (any split, any node size,
+    units that are not powers of two): the schedule and plans are the one-thread ones."""
+    from kernels.fast import scheduler
+
+    monkeypatch.setattr(scheduler, "PARALLEL_MIN_RANKS", 1)
+    rng = np.random.default_rng(11)
+    for p, g, unit, threads in ((8, 2, 1, 2), (12, 3, 3, 5), (32, 4, 2, 3), (48, 8, 8, 7)):
+        d = rng.integers(0, 5000, (p, p)) * (rng.random((p, p)) < 0.7)
+        one = fast.schedule(d, g, unit=unit)
+        many = fast.schedule(d, g, unit=unit, threads=threads)
+        assert one.summary() | {"synthesis_us": 0} == many.summary() | {"synthesis_us": 0}
+        assert np.array_equal(one.perms, many.perms) and np.array_equal(one._tail, many._tail)
+        assert all(np.array_equal(a.ops, b.ops) for a, b in zip(one.plans(), many.plans(),
+                                                                  strict=True))  # fmt: skip
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        fast.schedule(d, 8, threads=0)
+
+
 def _cut_reference(weights, line: int, alpha: float, penalty: float) -> int:
     """How many of ``weights`` the stage-count cut keeps (its rule, restated)."""
     best, keep, done, fixed = np.inf, 0, 0, 0.0

@@ -305,25 +305,24 @@ def pad(M, line):
 
 
 @njit(cache=True, nogil=True)
-def regions(D, G, unit, shift):
-    """``(region, lb)``: ``region[u, t]`` = units GPU u sends to server t (each pair
-    rounded up on its own), ``lb`` = the busiest server's cross-server bytes, in or out,
-    shared by its G NICs (bytes, rounded up).
+def region_rows(D, G, unit, shift, u0, u1, region, sums):
+    """Rows ``u0 .. u1 - 1`` of ``region``: ``region[u, t]`` = units GPU u sends to server
+    t (each pair rounded up on its own). Adds these rows' byte counts into ``sums``
+    (P + 2 S): what each GPU receives, what each server sends to the others, less what
+    each server receives from itself (:func:`lower_bound` finishes them). Row blocks
+    are independent, so threads can share the pass (:func:`kernels.fast.schedule`'s
+    ``threads``).
 
-    One pass per row. With G a power of two the row's block sums are taken by pairwise
-    halving (stride-2 loops, which LLVM vectorises): ~4x the block-by-block loop at
-    1024 GPUs, where this pass is a large part of a schedule."""
+    With G a power of two a row's block sums are taken by pairwise halving (stride-2
+    loops, which LLVM vectorises): ~4x the block-by-block loop at 1024 GPUs, where this
+    pass is a large part of a schedule."""
     P = D.shape[0]
     S = P // G
-    region = np.empty((P, S), np.int64)
-    col = np.zeros(P, np.int64)  # column sums (bytes each GPU receives)
-    out = np.zeros(S, np.int64)  # bytes each server sends to the others
-    inn = np.zeros(S, np.int64)
     halve = G > 1 and G & (G - 1) == 0
     h = P // 2
     b1 = np.empty(max(h, 1), np.int64)
     b2 = np.empty(max(h, 1), np.int64)
-    for u in range(P):
+    for u in range(u0, u1):
         row = D[u]
         su = u // G
         if halve:
@@ -356,19 +355,38 @@ def regions(D, G, unit, shift):
         total = 0
         for v in range(P):
             total += row[v]
-            col[v] += row[v]
+            sums[v] += row[v]
         own = 0
         for v in range(su * G, su * G + G):
             own += row[v]
-        out[su] += total - own
-        for v in range(su * G, su * G + G):  # column v's bytes from its own server
-            inn[su] -= row[v]
-    for v in range(P):
-        inn[v // G] += col[v]
+        sums[P + su] += total - own
+        sums[P + S + su] -= own
+
+
+@njit(cache=True, nogil=True)
+def lower_bound(sums, G):
+    """The busiest server's cross-server bytes, in or out, shared by its G NICs (bytes,
+    rounded up), from :func:`region_rows`' ``sums`` over all rows."""
+    S = (sums.shape[0]) // (G + 2)
+    P = S * G
     busiest = 0
     for s in range(S):
-        busiest = max(busiest, out[s], inn[s])
-    return region, (busiest + G - 1) // G
+        inn = sums[P + S + s]
+        for v in range(s * G, s * G + G):
+            inn += sums[v]
+        busiest = max(busiest, sums[P + s], inn)
+    return (busiest + G - 1) // G
+
+
+@njit(cache=True, nogil=True)
+def regions(D, G, unit, shift):
+    """``(region, lb)``: :func:`region_rows` over every row, and :func:`lower_bound`."""
+    P = D.shape[0]
+    S = P // G
+    region = np.empty((P, S), np.int64)
+    sums = np.zeros(P + 2 * S, np.int64)
+    region_rows(D, G, unit, shift, 0, P, region, sums)
+    return region, lower_bound(sums, G)
 
 
 @njit(cache=True, nogil=True)
@@ -431,9 +449,17 @@ def balance_moves(region, c, G, server):
 
 @njit(cache=True, nogil=True)
 def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max):
-    """Balancing, server matrix, padding, decomposition and the stage-count cut.
+    """:func:`regions`, then :func:`synthesize_regions` (one call from Python)."""
+    region, lb = regions(D, G, unit, shift)
+    return synthesize_regions(region, lb, G, quantum, mode, cap, stage_cost, penalty, stage_max)
 
-    ``D``: P x P bytes. ``quantum``: server-matrix entries are rounded up to this many
+
+@njit(cache=True, nogil=True)
+def synthesize_regions(region, lb, G, quantum, mode, cap, stage_cost, penalty, stage_max):
+    """Balancing, server matrix, padding, decomposition and the stage-count cut, from
+    the regions and lower bound (:func:`regions`) of a P x P matrix.
+
+    ``quantum``: server-matrix entries are rounded up to this many
     units. ``cap``: most stages to compute (< 0: no limit). ``stage_cost`` (units, > 0
     enables the cut): keep the K stages that minimise
     ``K * stage_cost + sum(w[:K]) + [R > 0] * (stage_cost + penalty * R)``, with R the
@@ -450,9 +476,8 @@ def synthesize(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage
     decomposition stops early where the cut could keep no more; see :func:`decompose`),
     ``tail[u, t]`` the units GPU u still holds for server t after the stages.
     """
-    P = D.shape[0]
+    P = region.shape[0]
     S = P // G
-    region, lb = regions(D, G, unit, shift)
     c = balance_caps(region, G)
     # server matrix in quanta, padded, decomposed
     M = np.empty((S, S), np.int64)

@@ -44,6 +44,10 @@ All three repair the previous matching instead of rebuilding it. Orthogonal knob
   step (an epilogue). ``"early"`` (= 1) or k: alongside stage k (the last stage if there
   are fewer), drained one step later, its lending one step earlier; the tail's bytes then
   share the NICs with that stage instead of running after all of them (no extra step);
+- ``threads`` (default 1): threads that share the O(P^2) pass over the matrix (the
+  regions each GPU sends to each server; row blocks, the numba core releases the GIL)
+  when there are at least ``PARALLEL_MIN_RANKS`` ranks - below that the pass takes less
+  than handing work to another thread. The rest of a schedule is one thread's;
 - ``first_stage_fraction`` (a number in (0, 1), default ``None`` = off): the first stage
   (in rail-step order) is split into a leading stage of about this fraction of its
   weight (at least one unit) and the rest, same permutation. Only the leading part's
@@ -77,6 +81,7 @@ BALANCE_MODES = ("pipelined", "prologue")
 TAIL_MODES = ("last", "early")  # or a stage number k >= 1 ("early" = 1)
 _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
 _PHASES = ("intra", "balance", "stage", "redistribute", "tail")
+PARALLEL_MIN_RANKS = 512  # ``threads`` > 1 splits the matrix pass from this many ranks on
 _MAX_ENTRY = 1 << 62
 
 _compile_seconds: float | None = None
@@ -98,6 +103,9 @@ def warmup() -> float:
     d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
     _core.minmax(d)
     out = _core.synthesize(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2)
+    sums = np.zeros((1, 8), np.int64)  # the threaded path's entry points (schedule(threads=))
+    _core.region_rows(d, 2, 1, 0, 0, 4, out[0].copy(), sums[0])
+    _core.synthesize_regions(out[0], _core.lower_bound(sums[0], 2), 2, 1, 1, -1, 1.0, 2.0, 2)
     region, c, line, lb, perms, weights, computed, tail = out
     for pipelined in (True, False):
         _core.build_rank(d, 2, 1, 0, region, c, perms, weights, tail, 1, pipelined, 64, 0)
@@ -365,6 +373,7 @@ def schedule(
     balance: str = "pipelined",
     tail: str | int = "last",
     first_stage_fraction: float | None = None,
+    threads: int = 1,
 ) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
     rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
@@ -396,6 +405,7 @@ def schedule(
         raise ValueError(f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}")
     tail_step = _tail_step(tail)
     first = _fraction(first_stage_fraction)
+    threads = _positive_int(threads, "threads")
     if max_stage_bytes == "auto":
         stage_max = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
     elif max_stage_bytes is None:
@@ -408,18 +418,12 @@ def schedule(
     t0 = time.perf_counter()
     q_units = _quantum_units(quantum, d, g, unit)
     max_units = -(-stage_max // unit) if stage_max else 0
-    core = _core.synthesize(
-        d,
-        g,
-        unit,
-        _shift(unit),
-        q_units,
-        _MODES[strategy],
-        cap,
-        stage_cost / unit,
-        penalty,
-        max_units,
-    )
+    rest = (q_units, _MODES[strategy], cap, stage_cost / unit, penalty, max_units)
+    if threads > 1 and p >= PARALLEL_MIN_RANKS:
+        region, lb = _regions_threaded(d, g, unit, threads)
+        core = _core.synthesize_regions(region, lb, g, *rest)
+    else:
+        core = _core.synthesize(d, g, unit, _shift(unit), *rest)
     if first is not None:
         core = _split_first(core, first)
     seconds = time.perf_counter() - t0
@@ -441,7 +445,31 @@ def schedule(
     )
 
 
-_pool: ThreadPoolExecutor | None = None
+_pool: ThreadPoolExecutor | None = None  # schedule_ahead's
+_workers: ThreadPoolExecutor | None = None  # the threads that share a schedule's matrix pass
+
+
+def _regions_threaded(d: np.ndarray, g: int, unit: int, threads: int) -> tuple[np.ndarray, int]:
+    """The core's ``regions`` on ``threads`` threads: this one and ``threads - 1``
+    workers, one block of rows each, each adding into its own row of byte sums."""
+    global _workers
+    from kernels.fast import _core
+
+    if _workers is None:
+        _workers = ThreadPoolExecutor(os.cpu_count() or 1, "fast-regions")
+    p = d.shape[0]
+    s = p // g
+    region = np.empty((p, s), np.int64)
+    sums = np.zeros((threads, p + 2 * s), np.int64)
+    cuts = [p * i // threads for i in range(threads + 1)]
+    shift = _shift(unit)
+    rows = _core.region_rows
+    others = [_workers.submit(rows, d, g, unit, shift, cuts[i], cuts[i + 1], region, sums[i])
+              for i in range(1, threads)]  # fmt: skip
+    rows(d, g, unit, shift, cuts[0], cuts[1], region, sums[0])
+    for f in others:
+        f.result()
+    return region, _core.lower_bound(sums.sum(axis=0), g)
 
 
 def schedule_ahead(traffic, gpus_per_node: int, *, rank: int | None = None, **options) -> Future:
