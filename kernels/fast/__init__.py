@@ -1,7 +1,7 @@
 """FAST all-to-allv (Lei et al., NSDI '26): scheduler, per-rank plans, executors.
 
-``schedule(traffic, gpus_per_node, **options) -> Schedule`` (see
-:mod:`kernels.fast.scheduler`); the per-rank plan format is in :mod:`kernels.fast.plan`
+``schedule(traffic, gpus_per_node, **options) -> Schedule``, or ``Scheduler(gpus_per_node,
+**options)`` called matrix after matrix (see :mod:`kernels.fast.scheduler`); the per-rank plan format is in :mod:`kernels.fast.plan`
 and :mod:`kernels.fast.simulate` executes plans on numpy buffers for testing. Importing
 this package is cheap: the numba core loads on the first :func:`schedule` or
 :func:`warmup`.
@@ -12,6 +12,7 @@ from kernels.fast.scheduler import (
     DEFAULT_STRATEGY,
     STRATEGIES,
     Schedule,
+    Scheduler,
     Stage,
     check_traffic,
     compile_seconds,
@@ -26,6 +27,7 @@ __all__ = [
     "STRATEGIES",
     "RankPlan",
     "Schedule",
+    "Scheduler",
     "Stage",
     "check_traffic",
     "compile_seconds",

@@ -1075,6 +1075,27 @@ def build_rank(D, G, unit, shift, region, c, perms, weights, tail_units, want, p
     return rows, nops, b[0], b[1], b[2], b[3]
 
 
+@njit(cache=True, nogil=True)
+def ops_guess(stages, servers, gpus_per_node):
+    """A rank's op count is rarely above this (the core says when it is)."""
+    return 8 * (stages + servers + 1) * (gpus_per_node + 1) + 4 * servers * gpus_per_node + 64
+
+
+@njit(cache=True, nogil=True)
+def synthesize_rank(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max, want,
+                    pipelined, tail_step):  # fmt: skip
+    """:func:`synthesize`, then :func:`build_rank` for rank ``want``, in one call from
+    Python (what a per-call scheduler pays for): the synthesis results, then ``rows,
+    nops`` and the rank's four scratch sizes; ``nops > len(rows)``: the table was short."""
+    region, c, line, lb, perms, weights, computed, tail = synthesize(
+        D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max
+    )
+    rows, nops, b0, b1, b2, b3 = build_rank(
+        D, G, unit, shift, region, c, perms, weights, tail, want, pipelined,
+        ops_guess(weights.shape[0], D.shape[0] // G, G), tail_step)  # fmt: skip
+    return region, c, line, lb, perms, weights, computed, tail, rows, nops, b0, b1, b2, b3
+
+
 # ----------------------------------------------------------------------------- binding
 
 # posting classes within a step: node sends, rail sends, node receives, rail receives, copies

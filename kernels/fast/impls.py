@@ -26,14 +26,14 @@ import time
 import numpy as np
 
 from kernels.cases import AlltoallvCase
-from kernels.fast import compile_seconds, schedule, schedule_ahead, warmup
+from kernels.fast import Scheduler, compile_seconds, schedule_ahead, warmup
 from kernels.fast.executor import PlanExecutor, load
 from kernels.registry import register
 
 #: The scheduler's keyword options (``unit`` comes from the case).
 SCHEDULE_OPTIONS = tuple(
     name
-    for name, prm in inspect.signature(schedule).parameters.items()
+    for name, prm in inspect.signature(Scheduler).parameters.items()
     if prm.kind is inspect.Parameter.KEYWORD_ONLY and name != "unit"
 )
 _NONE = ("none", "None")
@@ -76,12 +76,17 @@ class _Fast:
             warmup()
         topo.world.barrier()
         g = topo.gpus_per_node
-        self._synthesize(np.zeros((g, g), dtype=np.int64), 1)  # bad options fail here
+        self._schedulers = {1: Scheduler(g, unit=1, **self.options)}  # bad options fail here
         self.schedule = None
         self._plan_us = 0.0
 
-    def _synthesize(self, traffic: np.ndarray, unit: int):
-        return schedule(traffic, self.transport.topo.gpus_per_node, unit=unit, **self.options)
+    def _synthesize(self, traffic: np.ndarray, unit: int, rank: int | None = None):
+        """The schedule of ``traffic`` (and ``rank``'s plan), options checked once per unit."""
+        scheduler = self._schedulers.get(unit)
+        if scheduler is None:
+            g = self.transport.topo.gpus_per_node
+            scheduler = self._schedulers[unit] = Scheduler(g, unit=unit, **self.options)
+        return scheduler(traffic, rank)
 
     def setup(self, case: AlltoallvCase) -> None:
         sched, problem = self.schedule, None
@@ -159,7 +164,7 @@ class FastSched(_Fast):
         rank = self.transport.topo.rank
         sched = self._made_ahead(case)
         if sched is None:
-            sched = self._synthesize(case.traffic, case.unit)
+            sched = self._synthesize(case.traffic, case.unit, rank)
         self.executor.bind(sched.plan(rank), case.send, case.recv, once=True)
         if self.ahead:
             self._next = schedule_ahead(case.traffic, self.transport.topo.gpus_per_node,

@@ -111,6 +111,8 @@ def warmup() -> float:
         _core.build_rank(d, 2, 1, 0, region, c, perms, weights, tail, 1, pipelined, 64, 0)
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, -1, True, pipelined, 64, 64, 0)
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, 1, False, pipelined, 64, 1, 0)
+    _core.synthesize_rank(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2, 1, True, 0)
+    _core.ops_guess(1, 2, 2)
     _core.bind_order(np.zeros((0, len(_plan.OP_FIELDS)), np.int64), 1, True, 0, 1, 0)
     _compile_seconds = time.perf_counter() - t0
     return _compile_seconds
@@ -136,34 +138,26 @@ class Schedule:
     def __init__(
         self,
         traffic: np.ndarray,
-        gpus_per_node: int,
-        unit: int,
-        strategy: str,
+        options: Scheduler,
         quantum: int,
         max_stages: int | None,
-        stage_cost_bytes: float,
-        tail_penalty: float,
-        max_stage_bytes: int | None,
-        balance: str,
-        tail_step: int,
-        first_stage_fraction: float | None,
         core: tuple,
         seconds: float,
     ) -> None:
         self.traffic = traffic
         self.nranks = traffic.shape[0]
-        self.gpus_per_node = gpus_per_node
-        self.servers = self.nranks // gpus_per_node
-        self.unit = unit
-        self.strategy = strategy
-        self.quantum = quantum
-        self.max_stages = max_stages
-        self.stage_cost_bytes = stage_cost_bytes
-        self.tail_penalty = tail_penalty
-        self.max_stage_bytes = max_stage_bytes  # None: stages are not cut
-        self.balance = balance
-        self._tail_step = tail_step  # 0: the tail after the last stage
-        self.first_stage_fraction = first_stage_fraction
+        self.gpus_per_node = options.gpus_per_node
+        self.servers = self.nranks // self.gpus_per_node
+        self.unit = unit = options.unit
+        self.strategy = options.strategy
+        self.quantum = quantum  # bytes (``"auto"`` resolved for this matrix)
+        self.max_stages = max_stages  # None: no limit
+        self.stage_cost_bytes = options.stage_cost_bytes
+        self.tail_penalty = options.tail_penalty
+        self.max_stage_bytes = options.max_stage_bytes  # None: stages are not cut
+        self.balance = options.balance
+        self._tail_step = options.tail_step  # 0: the tail after the last stage
+        self.first_stage_fraction = options.first_stage_fraction
         (
             self._region,
             self._caps,
@@ -359,90 +353,122 @@ class Schedule:
         return frame
 
 
-def schedule(
-    traffic,
-    gpus_per_node: int,
-    *,
-    unit: int = 1,
-    strategy: str = DEFAULT_STRATEGY,
-    quantum: int | str | None = None,
-    max_stages: int | str | None = "auto",
-    stage_cost_bytes: float = 0.0,
-    tail_penalty: float = 2.0,
-    max_stage_bytes: int | str | None = None,
-    balance: str = "pipelined",
-    tail: str | int = "last",
-    first_stage_fraction: float | None = None,
-    threads: int = 1,
-) -> Schedule:
+class Scheduler:
+    """FAST's options, checked once: ``Scheduler(G, **options)(traffic)`` is
+    ``schedule(traffic, G, **options)``. A caller that schedules matrix after matrix with
+    the same options (``fast+sched``, an MoE layer) keeps one and pays per call only for
+    the matrix. ``ValueError`` on a bad option, saying which."""
+
+    def __init__(
+        self,
+        gpus_per_node: int,
+        *,
+        unit: int = 1,
+        strategy: str = DEFAULT_STRATEGY,
+        quantum: int | str | None = None,
+        max_stages: int | str | None = "auto",
+        stage_cost_bytes: float = 0.0,
+        tail_penalty: float = 2.0,
+        max_stage_bytes: int | str | None = None,
+        balance: str = "pipelined",
+        tail: str | int = "last",
+        first_stage_fraction: float | None = None,
+        threads: int = 1,
+    ) -> None:
+        self.gpus_per_node = _gpus_per_node(gpus_per_node)
+        self.unit = _positive_int(unit, "unit")
+        if strategy not in _MODES:
+            raise ValueError(
+                f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}"
+            )
+        self.strategy = strategy
+        if quantum is not None and quantum != "auto":
+            _positive_int(quantum, "quantum")
+        self.quantum = quantum
+        if max_stages not in ("auto", None):
+            max_stages = _positive_int(max_stages, "max_stages", allow_zero=True)
+        self.max_stages = max_stages
+        stage_cost = float(stage_cost_bytes)
+        if not math.isfinite(stage_cost) or stage_cost < 0:
+            raise ValueError(
+                f"stage_cost_bytes must be a finite number >= 0, got {stage_cost_bytes!r}"
+            )
+        self.stage_cost_bytes = stage_cost
+        penalty = float(tail_penalty)
+        if not math.isfinite(penalty) or penalty < 1:
+            raise ValueError(
+                "tail_penalty must be >= 1 (a tail byte costs at least a stage byte), "
+                f"got {tail_penalty!r}"
+            )
+        self.tail_penalty = penalty
+        if balance not in BALANCE_MODES:
+            raise ValueError(
+                f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}"
+            )
+        self.balance = balance
+        self.tail_step = _tail_step(tail)
+        self.first_stage_fraction = _fraction(first_stage_fraction)
+        self.threads = _positive_int(threads, "threads")
+        if max_stage_bytes == "auto":
+            self.max_stage_bytes = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
+        elif max_stage_bytes is None:
+            self.max_stage_bytes = None
+        else:
+            self.max_stage_bytes = _positive_int(max_stage_bytes, "max_stage_bytes")
+        warmup()
+        from kernels.fast import _core
+
+        self._core = _core
+        self._shift = _shift(self.unit)
+        self._max_units = -(-self.max_stage_bytes // self.unit) if self.max_stage_bytes else 0
+
+    def __call__(self, traffic, rank: int | None = None) -> Schedule:
+        """The schedule of ``traffic`` (P x P int bytes, row = source rank, rank = server *
+        gpus_per_node + local index). ``rank``: also build that rank's plan, in the same
+        call of the core (what a per-call user needs next)."""
+        g = self.gpus_per_node
+        d = _checked_matrix(traffic, g)
+        p = d.shape[0]
+        if rank is not None and not (isinstance(rank, (int, np.integer)) and 0 <= rank < p):
+            raise ValueError(f"rank {rank!r} is outside 0..{p - 1}")
+        if self.max_stages == "auto":
+            cap = max(2 * (p // g), AUTO_MIN_STAGES)
+        else:
+            cap = -1 if self.max_stages is None else self.max_stages
+        core_mod = self._core
+        unit = self.unit
+        t0 = time.perf_counter()
+        q_units = _quantum_units(self.quantum, d, g, unit)
+        rest = (q_units, _MODES[self.strategy], cap, self.stage_cost_bytes / unit,
+                self.tail_penalty, self._max_units)  # fmt: skip
+        built = None
+        if self.threads > 1 and p >= PARALLEL_MIN_RANKS:
+            region, lb = _regions_threaded(d, g, unit, self.threads)
+            core = core_mod.synthesize_regions(region, lb, g, *rest)
+        elif rank is None or self.first_stage_fraction is not None:
+            core = core_mod.synthesize(d, g, unit, self._shift, *rest)
+        else:
+            out = core_mod.synthesize_rank(d, g, unit, self._shift, *rest, rank,
+                                           self.balance == "pipelined", self.tail_step)  # fmt: skip
+            core, built = out[:8], out[8:]
+        if self.first_stage_fraction is not None:
+            core = _split_first(core, self.first_stage_fraction)
+        sched = Schedule(d, self, q_units * unit, None if cap < 0 else cap, core,
+                         time.perf_counter() - t0)  # fmt: skip
+        if built is not None and built[1] <= len(built[0]):  # else plan() sizes it again
+            sched._plans[rank] = sched._rank_plan(rank, built[0], built[2:])
+        if rank is not None:
+            sched.plan(rank)
+        return sched
+
+
+def schedule(traffic, gpus_per_node: int, **options) -> Schedule:
     """Synthesise the FAST schedule of ``traffic`` (P x P int bytes, row = source rank,
     rank = server * gpus_per_node + local index). ``unit``: alignment in bytes (pass
     the element size to never split an element); pieces are cut at multiples of it and
-    a pair's last piece keeps its short tail. Other options: module docstring.
-    ``ValueError`` on bad input, saying what and where."""
-    d = check_traffic(traffic, gpus_per_node)
-    g = int(gpus_per_node)
-    unit = _positive_int(unit, "unit")
-    if strategy not in _MODES:
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
-    p = d.shape[0]
-    s = p // g
-    if max_stages == "auto":
-        cap = max(2 * s, AUTO_MIN_STAGES)
-    elif max_stages is None:
-        cap = -1
-    else:
-        cap = _positive_int(max_stages, "max_stages", allow_zero=True)
-    stage_cost = float(stage_cost_bytes)
-    if not math.isfinite(stage_cost) or stage_cost < 0:
-        raise ValueError(f"stage_cost_bytes must be a finite number >= 0, got {stage_cost_bytes!r}")
-    penalty = float(tail_penalty)
-    if not math.isfinite(penalty) or penalty < 1:
-        raise ValueError(
-            f"tail_penalty must be >= 1 (a tail byte costs at least a stage byte), got {tail_penalty!r}"
-        )
-    if balance not in BALANCE_MODES:
-        raise ValueError(f"unknown balance {balance!r}: choose one of {', '.join(BALANCE_MODES)}")
-    tail_step = _tail_step(tail)
-    first = _fraction(first_stage_fraction)
-    threads = _positive_int(threads, "threads")
-    if max_stage_bytes == "auto":
-        stage_max = round(AUTO_STAGE_COST_MULTIPLE * stage_cost) or None
-    elif max_stage_bytes is None:
-        stage_max = None
-    else:
-        stage_max = _positive_int(max_stage_bytes, "max_stage_bytes")
-    warmup()
-    from kernels.fast import _core
-
-    t0 = time.perf_counter()
-    q_units = _quantum_units(quantum, d, g, unit)
-    max_units = -(-stage_max // unit) if stage_max else 0
-    rest = (q_units, _MODES[strategy], cap, stage_cost / unit, penalty, max_units)
-    if threads > 1 and p >= PARALLEL_MIN_RANKS:
-        region, lb = _regions_threaded(d, g, unit, threads)
-        core = _core.synthesize_regions(region, lb, g, *rest)
-    else:
-        core = _core.synthesize(d, g, unit, _shift(unit), *rest)
-    if first is not None:
-        core = _split_first(core, first)
-    seconds = time.perf_counter() - t0
-    return Schedule(
-        d,
-        g,
-        unit,
-        strategy,
-        q_units * unit,
-        None if cap < 0 else cap,
-        stage_cost,
-        penalty,
-        stage_max,
-        balance,
-        tail_step,
-        first,
-        core,
-        seconds,
-    )
+    a pair's last piece keeps its short tail. The options are :class:`Scheduler`'s (and
+    the module docstring's). ``ValueError`` on bad input, saying what and where."""
+    return Scheduler(gpus_per_node, **options)(traffic)
 
 
 _pool: ThreadPoolExecutor | None = None  # schedule_ahead's
@@ -489,10 +515,7 @@ def schedule_ahead(traffic, gpus_per_node: int, *, rank: int | None = None, **op
     d = np.array(traffic, copy=True)
 
     def work() -> Schedule:
-        sched = schedule(d, gpus_per_node, **options)
-        if rank is not None:
-            sched.plan(rank)
-        return sched
+        return Scheduler(gpus_per_node, **options)(d, rank)
 
     return _pool.submit(work)
 
@@ -514,10 +537,19 @@ def server_matrix(traffic, gpus_per_node: int, unit: int = 1) -> tuple[np.ndarra
 
 def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
     """The traffic matrix as C-contiguous int64, or ``ValueError`` saying what is wrong."""
+    return _checked_matrix(traffic, _gpus_per_node(gpus_per_node))
+
+
+def _gpus_per_node(gpus_per_node) -> int:
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, (int, np.integer)):
         raise ValueError(f"gpus_per_node must be an integer, got {gpus_per_node!r}")
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
+    return int(gpus_per_node)
+
+
+def _checked_matrix(traffic, gpus_per_node: int) -> np.ndarray:
+    """:func:`check_traffic` for a node size already checked."""
     d = np.asarray(traffic)
     if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
         raise ValueError(f"traffic must be a square P x P matrix (P >= 1), got shape {d.shape}")
@@ -531,10 +563,7 @@ def check_traffic(traffic, gpus_per_node: int) -> np.ndarray:
         i, j = np.unravel_index(int(d.argmax()), d.shape)
         raise ValueError(f"traffic[{i}][{j}] = {d[i, j]} is too large (limit 2**62 bytes)")
     d = np.ascontiguousarray(d, dtype=np.int64)
-    warmup()
-    from kernels.fast import _core
-
-    lo, hi = _core.minmax(d)
+    lo, hi = _core_fn("minmax")(d)
     if lo < 0:
         i, j = np.unravel_index(int(d.argmin()), d.shape)
         raise ValueError(f"traffic[{i}][{j}] is negative ({d[i, j]})")
@@ -563,8 +592,8 @@ def _core_fn(name: str):
 
 
 def _ops_guess(stages: int, servers: int, gpus_per_node: int) -> int:
-    """A rank's op count is rarely above this (the core says when it is)."""
-    return 8 * (stages + servers + 1) * (gpus_per_node + 1) + 4 * servers * gpus_per_node + 64
+    """The core's :func:`~kernels.fast._core.ops_guess`."""
+    return _core_fn("ops_guess")(stages, servers, gpus_per_node)
 
 
 def _shift(unit: int) -> int:

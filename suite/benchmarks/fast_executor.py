@@ -32,7 +32,8 @@ median is mostly other processes' time slices.
 Then: the stage-count/quality trade-off (other scheduler options: host time next to the
 modelled transfer), how far consecutive trace matrices move (what incremental repair
 would start from), and synthesis on 1 vs 2 threads (two schedules at once, and one
-hidden behind a transfer with :func:`kernels.fast.schedule_ahead`). Every number is
+hidden behind a transfer with :func:`kernels.fast.schedule_ahead`), and one schedule on
+1 vs 2 threads (``threads=2``) with what 8 would give. Every number is
 measured in this run; on a shared machine they are inflated and noisy (the load is
 printed).
 """
@@ -424,6 +425,39 @@ def threads_table(shapes, fabric) -> None:
               f"{med['serial'] / med['parallel']:.2f}x | {xfer:.0f} | {med['exposed']:.0f} |")  # fmt: skip
 
 
+def cores_table(shapes, fabric) -> None:
+    """One schedule on 1 and 2 threads (``threads=2``: the O(P^2) matrix pass in two row
+    blocks), and what 8 threads - a 64-core node's share per GPU - would give: the rest
+    of the call, the pass over 8, and the handoff cost the 2-thread run showed."""
+    from kernels.fast import _core
+    from kernels.fast.scheduler import PARALLEL_MIN_RANKS
+
+    _table(f"Cores (zipf:0.8; median µs of synth + plan + bind; threads > 1 from "
+           f"{PARALLEL_MIN_RANKS} GPUs on)", "GPUs", "options", "1 thread", "matrix pass",
+           "2 threads", "speed-up", "8 threads (projected)")  # fmt: skip
+    for servers, g in shapes:
+        p = servers * g
+        mats = matrices("zipf:0.8", p, np.zeros((1, 1, 1), np.int64))
+        for name, opts in (("defaults", {}), ("h200 stage cost",
+                                              {"stage_cost_bytes": fabric.stage_cost_bytes})):  # fmt: skip
+            n = max(4, _calls(p) // 4)
+            one = per_call(mats, g, n, **opts)["host"]
+            two = per_call(mats, g, n, threads=2, **opts)["host"]
+            pass_us = []
+            for c in range(n):
+                t0 = time.perf_counter()
+                _core.regions(mats[c % len(mats)], g, UNIT, 1)
+                pass_us.append((time.perf_counter() - t0) * 1e6)
+            h1, h2, ps = (float(np.median(x)) for x in (one, two, pass_us))
+            if p >= PARALLEL_MIN_RANKS:
+                handoff = max(0.0, h2 - (h1 - ps / 2))
+                proj = f"{h1 - ps + ps / 8 + handoff:.0f}"
+            else:
+                proj = f"{h1:.0f} (one thread below {PARALLEL_MIN_RANKS} GPUs)"
+            print(f"| {p} | {name} | {h1:.0f} | {ps:.0f} ({ps / h1 * 100:.0f} %) | {h2:.0f} | "
+                  f"{h1 / h2:.2f}x | {proj} |")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="stop at 320 GPUs")
@@ -461,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     tradeoff_table(shapes, fabric)
     movement_table(shapes, mats_trace)
     threads_table(shapes, fabric)
+    cores_table(shapes, fabric)
     print(f"\n# load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return 0
 
