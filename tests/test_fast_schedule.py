@@ -125,6 +125,38 @@ def test_schedule_properties(case):
     assert again.transfers().equals(sched.transfers())
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_scheduler_with_a_rank_is_schedule_then_plan(case):
+    """``Scheduler(G, **opts)(d, rank)`` (one call of the core for the schedule and that
+    rank's plan) gives what ``schedule`` then ``plan`` give, for every rank and option."""
+    d, g, opts = case
+    scheduler = fast.Scheduler(g, **opts)
+    whole = fast.schedule(d, g, **opts)
+    for r in range(d.shape[0]):
+        one = scheduler(d, rank=r)
+        assert np.array_equal(one.perms, whole.perms) and np.array_equal(one._tail, whole._tail)
+        assert one.summary() | {"synthesis_us": 0} == whole.summary() | {"synthesis_us": 0}
+        assert r in one._plans and np.array_equal(one._plans[r].ops, whole.plan(r).ops)
+        assert one.plan(r).buffer_bytes == whole.plan(r).buffer_bytes
+
+
+def test_scheduler_checks_options_once_and_ranks_per_call():
+    scheduler = fast.Scheduler(2, strategy="threshold")
+    d = np.arange(16).reshape(4, 4)
+    assert np.array_equal(scheduler(d).perms, fast.schedule(d, 2, strategy="threshold").perms)
+    scheduler._ops_cap = 1  # a short op table: the plan is built again at the counted size
+    want = fast.schedule(d, 2, strategy="threshold").plan(3).ops
+    assert np.array_equal(scheduler(d, rank=3).plan(3).ops, want)
+    for bad in (4, -1, 1.5, "0"):
+        with pytest.raises(ValueError, match=f"rank {bad!r} is outside 0..3"):
+            scheduler(d, rank=bad)
+    with pytest.raises(ValueError, match="unknown strategy 'greedy'"):
+        fast.Scheduler(2, strategy="greedy")
+    with pytest.raises(ValueError, match="6 ranks, not a multiple of gpus_per_node=4"):
+        fast.Scheduler(4)(np.zeros((6, 6), np.int64))
+
+
 def _bottleneck(a: np.ndarray) -> int:
     """Largest x such that a perfect matching exists on entries >= x (brute force)."""
     best = 0

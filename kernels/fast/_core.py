@@ -1083,16 +1083,18 @@ def ops_guess(stages, servers, gpus_per_node):
 
 @njit(cache=True, nogil=True)
 def synthesize_rank(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max, want,
-                    pipelined, tail_step):  # fmt: skip
+                    pipelined, tail_step, ops_cap):  # fmt: skip
     """:func:`synthesize`, then :func:`build_rank` for rank ``want``, in one call from
     Python (what a per-call scheduler pays for): the synthesis results, then ``rows,
-    nops`` and the rank's four scratch sizes; ``nops > len(rows)``: the table was short."""
+    nops`` and the rank's four scratch sizes. ``ops_cap``: rows of the op table (<= 0:
+    :func:`ops_guess` of the stage count); ``nops > len(rows)``: it was short."""
     region, c, line, lb, perms, weights, computed, tail = synthesize(
         D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max
     )
+    if ops_cap <= 0:
+        ops_cap = ops_guess(weights.shape[0], D.shape[0] // G, G)
     rows, nops, b0, b1, b2, b3 = build_rank(
-        D, G, unit, shift, region, c, perms, weights, tail, want, pipelined,
-        ops_guess(weights.shape[0], D.shape[0] // G, G), tail_step)  # fmt: skip
+        D, G, unit, shift, region, c, perms, weights, tail, want, pipelined, ops_cap, tail_step)  # fmt: skip
     return region, c, line, lb, perms, weights, computed, tail, rows, nops, b0, b1, b2, b3
 
 

@@ -111,7 +111,7 @@ def warmup() -> float:
         _core.build_rank(d, 2, 1, 0, region, c, perms, weights, tail, 1, pipelined, 64, 0)
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, -1, True, pipelined, 64, 64, 0)
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, 1, False, pipelined, 64, 1, 0)
-    _core.synthesize_rank(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2, 1, True, 0)
+    _core.synthesize_rank(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2, 1, True, 0, 0)
     _core.ops_guess(1, 2, 2)
     _core.bind_order(np.zeros((0, len(_plan.OP_FIELDS)), np.int64), 1, True, 0, 1, 0)
     _compile_seconds = time.perf_counter() - t0
@@ -421,6 +421,7 @@ class Scheduler:
         self._core = _core
         self._shift = _shift(self.unit)
         self._max_units = -(-self.max_stage_bytes // self.unit) if self.max_stage_bytes else 0
+        self._ops_cap = 0  # rows of the op table of a call with ``rank`` (0: the core guesses)
 
     def __call__(self, traffic, rank: int | None = None) -> Schedule:
         """The schedule of ``traffic`` (P x P int bytes, row = source rank, rank = server *
@@ -449,7 +450,8 @@ class Scheduler:
             core = core_mod.synthesize(d, g, unit, self._shift, *rest)
         else:
             out = core_mod.synthesize_rank(d, g, unit, self._shift, *rest, rank,
-                                           self.balance == "pipelined", self.tail_step)  # fmt: skip
+                                           self.balance == "pipelined", self.tail_step,
+                                           self._ops_cap)  # fmt: skip
             core, built = out[:8], out[8:]
         if self.first_stage_fraction is not None:
             core = _split_first(core, self.first_stage_fraction)
