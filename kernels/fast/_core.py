@@ -127,45 +127,49 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
         """Augment from ``root`` along the alternating path whose smallest free edge is
         largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when
         a free column is reachable at the cap early). Returns that smallest edge, 0 if
-        no augmenting path exists. ``best[c] < 0`` marks a settled column."""
+        no augmenting path exists. ``best[c] < 0`` marks a settled column.
+
+        Each scan is branch-free (it vectorizes); ties go to the first column, as in a
+        scan that stops at its first hit."""
+        row = A[root]
         top = 0
-        c = -1
         for j in range(n):
-            a = A[root, j]
+            a = row[j]
             v = a if a < theta else theta
             best[j] = v
             parent[j] = root
-            if v > top:
-                top = v
-                c = j
+            top = max(top, v)
         while True:
-            if c < 0:
+            if top == 0:
                 return 0
+            c = 0
+            while best[c] != top:  # the first column at the top
+                c += 1
             best[c] = -1
             r = match_col[c]
             if r < 0:
                 flip(c, root)
                 return top
-            # relax from r and find the next column to settle in the same pass
+            # relax from r. Unsettled best values are at most ``cur`` (it was the top), so
+            # a free column this relax raises to ``cur`` can be taken at once: the first
+            # such one is where a scan that stops at its first hit would stop (the
+            # columns after it are not read again: the next search starts afresh).
             cur = top
+            row = A[r]
             top = 0
-            c = -1
+            hit = n
             for j in range(n):
                 bj = best[j]
-                if bj >= 0:
-                    a = A[r, j]
-                    v = a if a < cur else cur
-                    if v > bj:
-                        best[j] = v
-                        parent[j] = r
-                        bj = v
-                        if v == cur and match_col[j] < 0:
-                            # nothing on the frontier beats ``cur``: take this column now
-                            flip(j, root)
-                            return cur
-                    if bj > top:
-                        top = bj
-                        c = j
+                a = row[j]
+                v = a if a < cur else cur
+                raise_ = v > bj and bj >= 0
+                best[j] = v if raise_ else bj
+                parent[j] = r if raise_ else parent[j]
+                top = max(top, v if raise_ else bj)
+                hit = min(hit, j if raise_ and v == cur and match_col[j] < 0 else n)
+            if hit < n:
+                flip(hit, root)
+                return cur
 
     cap = max_stages if max_stages < n * n + 1 else n * n + 1
     perms = np.empty((max(cap, 1), n), np.int32)
@@ -176,6 +180,7 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
     theta = 1
     if mode != MODE_BVN:
         theta = A.max()
+    ceiling = theta  # no entry exceeds it (entries only shrink): "none" in the greedy scan
     stamp = 0
     k = 0
     cut = stage_cost > 0.0 and mode == MODE_BOTTLENECK
@@ -188,14 +193,18 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
         for r in range(n if mode != MODE_BVN else 0):
             if match_row[r] >= 0:
                 continue
-            top = 0
-            pick = -1
-            for c in range(n):
-                a = A[r, c]
-                if a >= theta and a > 0 and match_col[c] < 0 and (pick < 0 or a < top):
-                    top = a
-                    pick = c
-            if pick >= 0:
+            row = A[r]
+            low = ceiling
+            allowed = 0
+            for c in range(n):  # branch-free: it vectorizes
+                a = row[c]
+                ok = a >= theta and match_col[c] < 0  # theta >= 1 here: a > 0 too
+                low = min(low, a if ok else ceiling)
+                allowed += ok
+            if allowed:
+                pick = 0  # the first allowed free column at the smallest entry
+                while row[pick] != low or match_col[pick] >= 0:
+                    pick += 1
                 match_row[r] = pick
                 match_col[pick] = r
         for r in range(n):
