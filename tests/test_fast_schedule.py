@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 import kernels.fast as fast
+from kernels.fast import _core, simulate
 from kernels.fast import plan as P
-from kernels.fast import simulate
 from kernels.fast.scheduler import BALANCE_MODES
 from suite.cli import main
 
@@ -179,6 +179,45 @@ def test_bottleneck_stages_are_bottleneck_matchings(s, seed):
         assert w == _bottleneck(m)
         m[np.arange(s), perm] -= w
     assert (m == 0).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    s=st.integers(1, 20),
+    seed=st.integers(0, 2**32 - 1),
+    mode=st.sampled_from([_core.MODE_BVN, _core.MODE_BOTTLENECK, _core.MODE_THRESHOLD]),
+    max_stages=st.sampled_from([None, 1, 4]),
+    stage_cost=st.sampled_from([0.0, 0.01, 0.2]),
+    stage_max=st.sampled_from([0, 300]),
+)
+def test_decomposition_rebuilds_the_matrix_at_any_entry_width(
+    s, seed, mode, max_stages, stage_cost, stage_max
+):
+    """Every stage is a permutation, the stages and the residual rebuild the matrix,
+    bottleneck weights never grow; and the matrix scaled by 2^32 (entries past int32,
+    decomposed in int64) gives the same stages, every amount scaled."""
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 1000, (s, s))
+    d[d < 400] = 0
+    m, line = fast.server_matrix(d, 1)
+    limit = s * s + 1 if max_stages is None else max_stages
+    cost = stage_cost * line  # as a share of the line sum, so the cut keeps some stages
+    a = m.copy()
+    perms, weights, k, rest = _core.decompose(a, line, mode, limit, cost, 2.0, 1, stage_max)
+    assert k == len(perms) == len(weights) <= limit and (weights > 0).all()
+    assert rest == line - weights.sum() >= 0 and (rest == 0 or k == limit or cost > 0)
+    rebuilt = a.copy()
+    for perm, w in zip(perms, weights, strict=True):
+        assert sorted(perm.tolist()) == list(range(s))
+        rebuilt[np.arange(s), perm] += w
+    assert np.array_equal(rebuilt, m) and (a >= 0).all()
+    assert (a.sum(0) == rest).all() and (a.sum(1) == rest).all()
+    if mode == _core.MODE_BOTTLENECK:
+        assert (np.diff(weights) <= 0).all()
+    big = m << 32
+    out = _core.decompose(big, line << 32, mode, limit, cost * 2**32, 2.0, 1, stage_max << 32)
+    assert np.array_equal(out[0], perms) and np.array_equal(out[1], weights << 32)
+    assert out[2] == k and out[3] == rest << 32 and np.array_equal(big, a << 32)
 
 
 def test_one_server_has_no_scale_out():

@@ -37,6 +37,8 @@ from numba import njit
 MODE_BVN = 0
 MODE_BOTTLENECK = 1
 MODE_THRESHOLD = 2
+_PAD = 16  # row padding of the decomposition's copy: one AVX-512 register of int32
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 @njit(cache=True, nogil=True)
@@ -69,15 +71,45 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
     leaves a tail costs more; and one that leaves none needs at least ``ceil(rest /
     w)`` more stages, whose fixed costs give a lower bound to compare with the best.
     """
+    # The stages are made on a copy whose rows are padded with zero columns to a whole
+    # number of vector registers (a zero is never allowed, raised or the widest: the
+    # same stages), in int32 where the entries fit (twice the lanes per operation).
     n = A.shape[0]
-    match_row = np.full(n, -1, np.int64)
-    match_col = np.full(n, -1, np.int64)
+    lo, hi = minmax(A) if n > 0 else (0, 0)
+    width = -(-n // _PAD) * _PAD
+    if lo >= 0 and hi <= _INT32_MAX:
+        work = np.zeros((n, width), np.int32)
+        work[:, :n] = A
+        perms, weights, k, rest, ok = _stages(work, line_sum, mode, max_stages, stage_cost,
+                                              penalty, quantum, stage_max)  # fmt: skip
+        A[:] = work[:, :n]
+    else:
+        work = np.zeros((n, width), np.int64)
+        work[:, :n] = A
+        perms, weights, k, rest, ok = _stages(work, line_sum, mode, max_stages, stage_cost,
+                                              penalty, quantum, stage_max)  # fmt: skip
+        A[:] = work[:, :n]
+    if not ok:
+        raise ValueError("no perfect matching: line sums are not equal")
+    return perms, weights, k, rest
+
+
+@njit(cache=True, nogil=True)
+def _stages(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_max):
+    """:func:`decompose` of the first ``n = A.shape[0]`` columns of ``A`` (the others
+    are zero), of any integer type (index arrays and scanned values take its type);
+    ``(perms, weights, nstages, residual_line_sum, ok)``, ``ok`` False when a line sum
+    differs (no perfect matching)."""
+    n, m = A.shape
+    match_row = np.full(n, -1, A.dtype)
+    match_col = np.full(m, -1, A.dtype)
     seen = np.zeros(n, np.int64)
     stack = np.empty(n + 1, np.int64)
     ptr = np.empty(n + 1, np.int64)
     via = np.empty(n + 1, np.int64)
-    best = np.empty(n, np.int64)
-    parent = np.empty(n, np.int64)
+    best = np.empty(m, A.dtype)
+    parent = np.empty(m, A.dtype)
+    zero = A.dtype.type(0)
 
     def flip(c, root):
         """Augment along ``parent`` from the free column c back to ``root``."""
@@ -127,55 +159,63 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
         """Augment from ``root`` along the alternating path whose smallest free edge is
         largest, capped at ``theta`` (a bottleneck Dijkstra, O(S^2) at worst, less when
         a free column is reachable at the cap early). Returns that smallest edge, 0 if
-        no augmenting path exists. ``best[c] < 0`` marks a settled column."""
-        top = 0
-        c = -1
-        for j in range(n):
-            a = A[root, j]
+        no augmenting path exists. ``best[c] < 0`` marks a settled column.
+
+        Each scan is branch-free (it vectorizes); ties go to the first column, as in a
+        scan that stops at its first hit."""
+        row = A[root]
+        top = zero
+        for j in range(m):
+            a = row[j]
             v = a if a < theta else theta
             best[j] = v
             parent[j] = root
-            if v > top:
-                top = v
-                c = j
+            top = max(top, v)
         while True:
-            if c < 0:
-                return 0
+            if top == 0:
+                return zero
+            c = 0
+            while best[c] != top:  # the first column at the top
+                c += 1
             best[c] = -1
             r = match_col[c]
             if r < 0:
                 flip(c, root)
                 return top
-            # relax from r and find the next column to settle in the same pass
+            # relax from r. Unsettled best values are at most ``cur`` (it was the top), so
+            # a free column this relax raises to ``cur`` can be taken at once: the first
+            # such one is where a scan that stops at its first hit would stop (the
+            # columns after it are not read again: the next search starts afresh).
             cur = top
-            top = 0
-            c = -1
-            for j in range(n):
+            row = A[r]
+            top = zero
+            hit = False
+            for j in range(m):
                 bj = best[j]
-                if bj >= 0:
-                    a = A[r, j]
-                    v = a if a < cur else cur
-                    if v > bj:
-                        best[j] = v
-                        parent[j] = r
-                        bj = v
-                        if v == cur and match_col[j] < 0:
-                            # nothing on the frontier beats ``cur``: take this column now
-                            flip(j, root)
-                            return cur
-                    if bj > top:
-                        top = bj
-                        c = j
+                a = row[j]
+                v = a if a < cur else cur
+                raise_ = v > bj and bj >= 0
+                best[j] = v if raise_ else bj
+                parent[j] = r if raise_ else parent[j]
+                top = max(top, v if raise_ else bj)
+                hit |= raise_ and v == cur and match_col[j] < 0
+            if hit:  # r is relaxed once per search: parent[j] == r means raised now
+                j = 0
+                while parent[j] != r or best[j] != cur or match_col[j] >= 0:
+                    j += 1
+                flip(j, root)
+                return cur
 
     cap = max_stages if max_stages < n * n + 1 else n * n + 1
     perms = np.empty((max(cap, 1), n), np.int32)
     weights = np.empty(max(cap, 1), np.int64)
     rest = line_sum
     if rest <= 0 or max_stages <= 0:
-        return perms[:0], weights[:0], 0, rest
-    theta = 1
+        return perms[:0], weights[:0], 0, rest, True
+    theta = A.dtype.type(1)
     if mode != MODE_BVN:
         theta = A.max()
+    ceiling = theta  # no entry exceeds it (entries only shrink): "none" in the greedy scan
     stamp = 0
     k = 0
     cut = stage_cost > 0.0 and mode == MODE_BOTTLENECK
@@ -188,14 +228,18 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
         for r in range(n if mode != MODE_BVN else 0):
             if match_row[r] >= 0:
                 continue
-            top = 0
-            pick = -1
-            for c in range(n):
-                a = A[r, c]
-                if a >= theta and a > 0 and match_col[c] < 0 and (pick < 0 or a < top):
-                    top = a
-                    pick = c
-            if pick >= 0:
+            row = A[r]
+            low = ceiling
+            allowed = False
+            for c in range(m):  # branch-free: it vectorizes
+                a = row[c]
+                ok = a >= theta and match_col[c] < 0  # theta >= 1 here: a > 0 too
+                low = min(low, a if ok else ceiling)
+                allowed |= ok
+            if allowed:
+                pick = 0  # the first allowed free column at the smallest entry
+                while row[pick] != low or match_col[pick] >= 0:
+                    pick += 1
                 match_row[r] = pick
                 match_col[pick] = r
         for r in range(n):
@@ -204,14 +248,14 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
             if mode == MODE_BVN:
                 stamp += 1
                 if not augment(r, stamp):
-                    raise ValueError("no perfect matching: line sums are not equal")
+                    return perms[:k], weights[:k], k, rest, False
                 continue
             # the widest augmenting path: at the level if one exists, else it sets the next
             got = widest(r, theta)
             if got == 0:
-                raise ValueError("no perfect matching: line sums are not equal")
+                return perms[:k], weights[:k], k, rest, False
             if got < theta:
-                theta = _pow2_floor(got) if mode == MODE_THRESHOLD else got
+                theta = A.dtype.type(_pow2_floor(got)) if mode == MODE_THRESHOLD else got
         w = rest
         for r in range(n):
             a = A[r, match_row[r]]
@@ -243,7 +287,7 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
             if a == 0 or a < theta:
                 match_row[r] = -1
                 match_col[c] = -1
-    return perms[:k], weights[:k], k, rest
+    return perms[:k], weights[:k], k, rest, True
 
 
 # ----------------------------------------------------------------------------- synthesis
