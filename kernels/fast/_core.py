@@ -216,9 +216,9 @@ def _stages(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_m
     rest = line_sum
     if rest <= 0 or max_stages <= 0:
         return perms[:0], weights[:0], 0, rest, True
-    theta = A.dtype.type(1)
+    theta = A.dtype.type(1)  # allowed entries are at least theta, so positive
     if mode != MODE_BVN:
-        theta = A.max()
+        theta = max(A.max(), theta)
     ceiling = theta  # no entry exceeds it (entries only shrink): "none" in the greedy scan
     stamp = 0
     k = 0
@@ -237,7 +237,7 @@ def _stages(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_m
             allowed = False
             for c in range(m):  # branch-free: it vectorizes
                 a = row[c]
-                ok = a >= theta and match_col[c] < 0  # theta >= 1 here: a > 0 too
+                ok = a >= theta and match_col[c] < 0
                 low = min(low, a if ok else ceiling)
                 allowed |= ok
             if allowed:
