@@ -71,24 +71,28 @@ def decompose(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage
     leaves a tail costs more; and one that leaves none needs at least ``ceil(rest /
     w)`` more stages, whose fixed costs give a lower bound to compare with the best.
     """
-    # The stages are made on a copy whose rows are padded with zero columns to a whole
-    # number of vector registers (a zero is never allowed, raised or the widest: the
-    # same stages), in int32 where the entries fit (twice the lanes per operation).
-    n = A.shape[0]
-    lo, hi = minmax(A) if n > 0 else (0, 0)
-    width = -(-n // _PAD) * _PAD
-    if lo >= 0 and hi <= _INT32_MAX:
-        work = np.zeros((n, width), np.int32)
-        work[:, :n] = A
-        perms, weights, k, rest, ok = _stages(work, line_sum, mode, max_stages, stage_cost,
+    if mode == MODE_BVN:  # its Kuhn search scans with early exits: it gains nothing below
+        perms, weights, k, rest, ok = _stages(A, line_sum, mode, max_stages, stage_cost,
                                               penalty, quantum, stage_max)  # fmt: skip
-        A[:] = work[:, :n]
     else:
-        work = np.zeros((n, width), np.int64)
-        work[:, :n] = A
-        perms, weights, k, rest, ok = _stages(work, line_sum, mode, max_stages, stage_cost,
-                                              penalty, quantum, stage_max)  # fmt: skip
-        A[:] = work[:, :n]
+        # The stages are made on a copy whose rows are padded with zero columns to a whole
+        # number of vector registers (a zero is never allowed, raised or the widest: the
+        # same stages), in int32 where the entries fit (twice the lanes per operation).
+        n = A.shape[0]
+        lo, hi = minmax(A) if n > 0 else (0, 0)
+        width = -(-n // _PAD) * _PAD
+        if lo >= 0 and hi <= _INT32_MAX:
+            narrow = np.zeros((n, width), np.int32)
+            narrow[:, :n] = A
+            perms, weights, k, rest, ok = _stages(narrow, line_sum, mode, max_stages, stage_cost,
+                                                  penalty, quantum, stage_max)  # fmt: skip
+            A[:] = narrow[:, :n]
+        else:
+            wide = np.zeros((n, width), np.int64)
+            wide[:, :n] = A
+            perms, weights, k, rest, ok = _stages(wide, line_sum, mode, max_stages, stage_cost,
+                                                  penalty, quantum, stage_max)  # fmt: skip
+            A[:] = wide[:, :n]
     if not ok:
         raise ValueError("no perfect matching: line sums are not equal")
     return perms, weights, k, rest
@@ -212,9 +216,9 @@ def _stages(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_m
     rest = line_sum
     if rest <= 0 or max_stages <= 0:
         return perms[:0], weights[:0], 0, rest, True
-    theta = A.dtype.type(1)
+    theta = A.dtype.type(1)  # allowed entries are at least theta, so positive
     if mode != MODE_BVN:
-        theta = A.max()
+        theta = max(A.max(), theta)
     ceiling = theta  # no entry exceeds it (entries only shrink): "none" in the greedy scan
     stamp = 0
     k = 0
@@ -233,7 +237,7 @@ def _stages(A, line_sum, mode, max_stages, stage_cost, penalty, quantum, stage_m
             allowed = False
             for c in range(m):  # branch-free: it vectorizes
                 a = row[c]
-                ok = a >= theta and match_col[c] < 0  # theta >= 1 here: a > 0 too
+                ok = a >= theta and match_col[c] < 0
                 low = min(low, a if ok else ceiling)
                 allowed |= ok
             if allowed:
