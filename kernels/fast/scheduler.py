@@ -83,6 +83,7 @@ _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
 _PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 PARALLEL_MIN_RANKS = 512  # ``threads`` > 1 splits the matrix pass from this many ranks on
 _MAX_ENTRY = 1 << 62
+_INT64 = np.dtype(np.int64)
 
 _compile_seconds: float | None = None
 
@@ -170,7 +171,7 @@ class Schedule:
         ) = core
         self.line_sum = int(line) * unit  # T: padded line sum of the server matrix, bytes
         self.lower_bound = int(lb)
-        self.weights = self._units * unit  # bytes per GPU in each stage
+        self._weights: np.ndarray | None = None
         self.synthesis_seconds = seconds
         self._plans: dict[int, _plan.RankPlan] = {}
         self._nsteps: int | None = None
@@ -186,8 +187,15 @@ class Schedule:
         return [Stage(self.perms[k], int(self.weights[k])) for k in range(len(self.weights))]
 
     @property
+    def weights(self) -> np.ndarray:
+        """Bytes per GPU in each stage (made on first use: a per-call user may not ask)."""
+        if self._weights is None:
+            self._weights = self._units * self.unit
+        return self._weights
+
+    @property
     def nstages(self) -> int:
-        return int(len(self.weights))
+        return len(self._units)
 
     @property
     def stage_bytes(self) -> int:
@@ -552,19 +560,24 @@ def _gpus_per_node(gpus_per_node) -> int:
 
 def _checked_matrix(traffic, gpus_per_node: int) -> np.ndarray:
     """:func:`check_traffic` for a node size already checked."""
-    d = np.asarray(traffic)
+    d = traffic if type(traffic) is np.ndarray else np.asarray(traffic)
     if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
         raise ValueError(f"traffic must be a square P x P matrix (P >= 1), got shape {d.shape}")
-    if d.dtype.kind == "f":
-        bad = np.argwhere(~np.isfinite(d))
-        where = f" (traffic[{bad[0][0]}][{bad[0][1]}] is {d[tuple(bad[0])]})" if len(bad) else ""
-        raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}{where}")
-    if d.dtype.kind not in "iu":
-        raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}")
-    if d.dtype.kind == "u" and d.size and int(d.max()) >= _MAX_ENTRY:
-        i, j = np.unravel_index(int(d.argmax()), d.shape)
-        raise ValueError(f"traffic[{i}][{j}] = {d[i, j]} is too large (limit 2**62 bytes)")
-    d = np.ascontiguousarray(d, dtype=np.int64)
+    if d.dtype != _INT64:
+        if d.dtype.kind == "f":
+            bad = np.argwhere(~np.isfinite(d))
+            where = (
+                f" (traffic[{bad[0][0]}][{bad[0][1]}] is {d[tuple(bad[0])]})" if len(bad) else ""
+            )
+            raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}{where}")
+        if d.dtype.kind not in "iu":
+            raise ValueError(f"traffic must hold integer byte counts, got dtype {d.dtype}")
+        if d.dtype.kind == "u" and d.size and int(d.max()) >= _MAX_ENTRY:
+            i, j = np.unravel_index(int(d.argmax()), d.shape)
+            raise ValueError(f"traffic[{i}][{j}] = {d[i, j]} is too large (limit 2**62 bytes)")
+        d = np.ascontiguousarray(d, dtype=np.int64)
+    elif not d.flags.c_contiguous:
+        d = np.ascontiguousarray(d)
     lo, hi = _core_fn("minmax")(d)
     if lo < 0:
         i, j = np.unravel_index(int(d.argmin()), d.shape)
