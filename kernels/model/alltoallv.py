@@ -182,9 +182,9 @@ def deepep(traffic: np.ndarray, fabric: Fabric) -> Prediction:
 
 #: FAST schedule synthesis plus one rank's plan (what a rank computes per call), µs, by
 #: GPU count (8 per server, ``zipf:0.8``): ``python -m suite.benchmarks.scheduler`` on the
-#: shared 2-core development machine, 2026-11-30. Measured once and kept here so the
-#: model's predictions do not move with the machine's load.
-SYNTHESIS_US = {16: 16.0, 64: 39.0, 128: 147.0, 320: 1360.0, 1024: 24580.0}
+#: 2-core development machine, quiet, 2026-11-30 (after issue 18's speed-ups). Measured
+#: once and kept here so the model's predictions do not move with the machine's load.
+SYNTHESIS_US = {16: 17.0, 64: 34.0, 128: 70.0, 320: 361.0, 1024: 5910.0}
 
 
 def synthesis_us(nranks: int) -> float:
