@@ -358,7 +358,7 @@ def region_rows(D, G, unit, shift, u0, u1, region, sums):
     t (each pair rounded up on its own). Adds these rows' byte counts into ``sums``
     (P + 2 S): what each GPU receives, what each server sends to the others, less what
     each server receives from itself (:func:`lower_bound` finishes them). Row blocks
-    are independent, so threads can share the pass (:func:`kernels.fast.schedule`'s
+    are independent, so threads can share the pass (:class:`kernels.fast.Scheduler`'s
     ``threads``).
 
     With G a power of two a row's block sums are taken by pairwise halving (stride-2

@@ -11,7 +11,7 @@
   the fan-out tail), then the redistribution. Shows what the stages buy.
 
 Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword option of
-:func:`kernels.fast.schedule` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
+:class:`kernels.fast.Scheduler` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
 ``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
 ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
 communicators; see :mod:`kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
