@@ -48,18 +48,18 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(MPIEXEC) -n $(NP) $(PY) -m suite.benchmarks.harness
+	$(MPIEXEC) -n $(NP) $(PY) -m commbench.benchmarks.harness
 	@for b in suite/benchmarks/[a-z]*.py; do \
 	  m=$$(basename $$b .py); case $$m in harness|soak) continue;; esac; \
-	  echo "== make bench: $$m"; $(PY) -m suite.benchmarks.$$m || exit 1; done
+	  echo "== make bench: $$m"; $(PY) -m commbench.benchmarks.$$m || exit 1; done
 
 # Fault injection (minutes to an hour on a small machine; not in `make test` or `make bench`):
 # 10 000 changing fast+sched and nvrar calls at 8 ranks, then 50 faults into resumed sweeps.
 SOAK_CALLS ?= 10000
 SOAK_FAULTS ?= 50
 soak: install
-	$(MPIEXEC) -n 8 $(PY) -m suite.benchmarks.soak calls $(SOAK_CALLS)
-	$(PY) -m suite.benchmarks.soak inject $(SOAK_FAULTS)
+	$(MPIEXEC) -n 8 $(PY) -m commbench.benchmarks.soak calls $(SOAK_CALLS)
+	$(PY) -m commbench.benchmarks.soak inject $(SOAK_FAULTS)
 
 # The one-GPU check (tools/gpu-check.sh). `make gpu-wheels` (network; GPU_CUDA=13 or 12)
 # puts the wheels a GPU machine lacks into .gpu-wheels/; `make gpu-check` installs from
@@ -101,7 +101,7 @@ cluster-down: install
 	$(BIN)/commbench cluster down --prefix $(CLUSTER)
 
 cluster-bench: install
-	$(PY) -m suite.cluster.bench
+	$(PY) -m commbench.benchmarks.cluster
 
 # A 2-node Slurm on the emulated cluster (root): slurmctld in node 0, one slurmd per node.
 #   `make cluster-down` stops it with the cluster.

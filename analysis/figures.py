@@ -1,7 +1,7 @@
 """The seven figures of the report; each returns a Figure and saves PNG + SVG.
 
 Every ``figure_N(data, out_dir=None, ...)`` takes the DataFrame of
-:func:`analysis.load.load_results` (figure 4: of :func:`analysis.load.load_schedules`),
+:func:`commbench.analysis.load.load_results` (figure 4: of :func:`commbench.analysis.load.load_schedules`),
 selects what it needs and draws it. On an empty selection it draws a figure that says
 what is missing and how to produce it (see :func:`empty_message`) instead of failing.
 Reference overlays (``results/reference/*.csv``) are drawn only where their system, node
@@ -22,8 +22,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.load import load_reference
-from analysis.style import (
+from commbench.analysis.load import load_reference
+from commbench.analysis.style import (
     REFERENCE_COLOR,
     binary_label,
     count_axis,
@@ -38,7 +38,7 @@ from analysis.style import (
     series_style,
     size_axis,
 )
-from analysis.tables import (
+from commbench.analysis.tables import (
     line_rate_of,
     line_rate_table,
     line_rates,
@@ -525,7 +525,7 @@ def figure_4(
     """Schedule synthesis time, stage count and modelled time over the lower bound vs GPUs.
 
     Input: schedule records (``collective == "schedule"``, schema in
-    :mod:`analysis.load`). One line per strategy (and workload when several), median over
+    :mod:`commbench.analysis.load`). One line per strategy (and workload when several), median over
     repetitions with the min–max band; the papers' synthesis times as reference points.
     """
     name = "fig4_schedule_synthesis"
@@ -704,7 +704,7 @@ def figure_6(
 
     Measured results only. Panels per (collective, workload), one line per (system, nodes,
     implementation), colour = system; systems with no known line rate (give ``rates``) get
-    their own panel in raw GB/s. Below: the table of :func:`analysis.tables.line_rate_table`.
+    their own panel in raw GB/s. Below: the table of :func:`commbench.analysis.tables.line_rate_table`.
     """
     name = "fig6_interconnects"
     title = "Figure 6: interconnect comparison (measured)"

@@ -4,7 +4,7 @@ Two kinds of records share the files and are told apart by ``collective``:
 
 **Measured or modelled points** (``collective`` = ``allreduce``, ``alltoall``, ``alltoallv``,
 ...), written by ``commbench run`` and, with ``modelled: true`` and ``backend: "model"``,
-by ``commbench simulate``. The fields are those :mod:`suite.results` writes; the ones the figures
+by ``commbench simulate``. The fields are those :mod:`commbench.harness.results` writes; the ones the figures
 use are ``system, nodes, gpus_per_node, nranks, backend, collective, impl, params, dtype,
 size_bytes, metric_bytes, workload, time_us, time_us_min, time_us_avg, time_us_max,
 time_reduction,
@@ -45,13 +45,15 @@ import os
 import re
 import sys
 from collections.abc import Iterable
+from importlib.resources import files
 from pathlib import Path
 
 import pandas as pd
 
-from suite.results import read_jsonl
+from commbench.analysis.records import read_jsonl
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
+#: the papers' numbers shipped with commbench (the repository's ``results/reference``)
+REFERENCE_DIR = Path(str(files("commbench.analysis.reference")))
 
 SCHEDULE = "schedule"
 SCHEDULE_REQUIRED = ("gpus", "servers", "strategy", "synthesis_us", "stages")
@@ -113,7 +115,7 @@ DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s
 
 _SEED_RE = re.compile(r"@\d+$")
 _ZIPF_RE = re.compile(r"^(?:pair-)?zipf(?::([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?$")
-DEFAULT_ZIPF = 0.8  # what suite.workloads means by a bare "zipf"
+DEFAULT_ZIPF = 0.8  # what commbench.harness.workloads means by a bare "zipf"
 
 
 def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from importlib.resources import files
 from pathlib import Path
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent
+NOTEBOOK_DIR = Path(str(files("commbench.analysis")))
 NOTEBOOKS = (
     "nvrar_latency",
     "fast_skew",
@@ -41,7 +42,7 @@ def inject_parameters(nb, parameters: Mapping[str, object]):
             raise ValueError(
                 f"notebook parameter {name}={value!r}: use str, number, bool, None or lists of them"
             )
-    source = "# Parameters injected by analysis.notebooks.execute_notebook\n" + "\n".join(
+    source = "# Parameters injected by commbench.analysis.notebooks.execute_notebook\n" + "\n".join(
         f"{name} = {value!r}" for name, value in parameters.items()
     )
     cell = nbformat.v4.new_code_cell(source, metadata={"tags": [INJECTED_TAG]})

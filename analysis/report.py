@@ -20,11 +20,11 @@ import jinja2
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.figures import render_all
-from analysis.load import load_all, load_reference, result_files, run_metadata
-from analysis.scorecard import scorecard
-from analysis.style import binary_label
-from analysis.tables import (
+from commbench.analysis.figures import render_all
+from commbench.analysis.load import load_all, load_reference, result_files, run_metadata
+from commbench.analysis.scorecard import scorecard
+from commbench.analysis.style import binary_label
+from commbench.analysis.tables import (
     agreement_table,
     best_table,
     line_rate_table,

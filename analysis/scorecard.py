@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernels.registry import GPU_BACKENDS
+from commbench.analysis.load import REFERENCE_DIR
+from commbench.kernels.registry import GPU_BACKENDS
 
-MODEL_VALIDATION = Path(__file__).resolve().parents[1] / "docs" / "model-validation.md"
+MODEL_VALIDATION = REFERENCE_DIR / "model-validation.md"
 COLUMNS = ["claim", "paper", "ours", "evidence", "verdict"]
 _SKEWED = re.compile(r"^(zipf|pair-zipf|expert-zipf|moe|trace|hotspot)")
 

@@ -1,6 +1,6 @@
 """Summaries of result points: spread, best implementation, speed-ups, line rates, model error.
 
-Everything here is pure pandas on the DataFrame of :func:`analysis.load.load_results`.
+Everything here is pure pandas on the DataFrame of :func:`commbench.analysis.load.load_results`.
 
 Spread conventions (stated once, used by every figure and table):
 

@@ -6,7 +6,7 @@ from functools import cache
 
 import numpy as np
 
-from kernels.dtypes import dtype_name
+from commbench.kernels.dtypes import dtype_name
 
 _OPS = ("sum", "prod", "max", "min")
 _NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

@@ -39,7 +39,7 @@ class ImplSpec:
     summary: str
     #: the ``--param`` keys it takes (the class's ``PARAMS``)
     params: tuple[str, ...] = ()
-    #: element types (``kernels.dtypes.dtype_name``) taken on cuda/rocm; None: all
+    #: element types (``commbench.kernels.dtypes.dtype_name``) taken on cuda/rocm; None: all
     gpu_dtypes: tuple[str, ...] | None = None
     #: False when ``run`` synchronises with or works on the host (a graph would replay
     #: nothing, or the host work once)
@@ -121,9 +121,9 @@ def load_plugins() -> None:
     global _loaded
     if _loaded:
         return
-    import kernels
+    import commbench.kernels
 
-    for mod in pkgutil.walk_packages(kernels.__path__, prefix="kernels."):
+    for mod in pkgutil.walk_packages(commbench.kernels.__path__, prefix="commbench.kernels."):
         leaf = mod.name.rsplit(".", 1)[-1]
         if leaf.startswith("_"):
             continue

@@ -1,6 +1,6 @@
 """The transport interface every algorithm is written against.
 
-One algorithm, several transports: ``suite.backends`` provides ``cpu`` (numpy + mpi4py),
+One algorithm, several transports: ``commbench.harness.backends`` provides ``cpu`` (numpy + mpi4py),
 ``cuda`` (cupy + NCCL through ``cupy.cuda.nccl``) and ``rocm`` (cupy's ROCm build + RCCL).
 Algorithms only use what is listed here, so the CPU tests cover everything but the thin
 layer that moves bytes.

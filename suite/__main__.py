@@ -1,3 +1,3 @@
-from suite.cli import main
+from commbench.cli import main
 
 raise SystemExit(main())

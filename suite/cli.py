@@ -1,7 +1,7 @@
 """``commbench`` command line: one sub-command per module in :data:`SUBCOMMANDS`.
 
 Each module exposes ``add_parser(subparsers)``, which registers its parser and sets
-``func(args) -> int``. Bad input raises :class:`suite.errors.UsageError` (or
+``func(args) -> int``. Bad input raises :class:`commbench.errors.UsageError` (or
 ``ValueError`` from the pure code): one line on stderr, exit status 2; an ``OSError``
 (disk full, permissions) or ``MemoryError`` is one line too, exit status 1.
 """
@@ -12,17 +12,17 @@ import argparse
 import importlib
 import sys
 
-from suite import __version__
+from commbench import __version__
 
 SUBCOMMANDS = [
-    "suite.driver",
-    "suite.jobs_cli",
-    "suite.sweep",
-    "suite.simulate",
-    "suite.report_cli",
-    "suite.import_cli",
-    "suite.schedule_cli",
-    "suite.cluster.cli",
+    "commbench.harness.driver",
+    "commbench.jobs.cli",
+    "commbench.sweep.sweep",
+    "commbench.model.simulate",
+    "commbench.report.cli",
+    "commbench.jobs.import_cli",
+    "commbench.model.schedule_cli",
+    "commbench.cluster.cli",
 ]
 
 

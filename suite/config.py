@@ -9,13 +9,20 @@ quoted number stays an error), like the TOML they read.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, Field
 
-from suite.errors import UsageError
+from commbench.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -42,6 +49,15 @@ def _message(key: str, err: Mapping[str, Any]) -> str:
         return f"{key} {_KIND[kind]}, not {err['input']!r}"
     text = str(err["msg"]).removeprefix("Value error, ")
     return f"{key} {re.sub(r'^[A-Z][a-z]* should ', 'must ', text)}"
+
+
+def load_toml(path: Path) -> dict:
+    """The TOML file ``path`` as a dict; a syntax error is a :class:`UsageError`."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
 
 
 def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
@@ -82,7 +98,7 @@ def _problems(errors: list) -> list[str]:
 
 
 class FabricTable(BaseModel):
-    """``[fabric]`` of a system profile (see :class:`suite.jobs.Fabric`)."""
+    """``[fabric]`` of a system profile (see :class:`commbench.jobs.render.Fabric`)."""
 
     model_config = STRICT
 
@@ -108,7 +124,7 @@ class FabricTable(BaseModel):
 
 
 class SiteKeyTable(BaseModel):
-    """``[site.NAME]`` of a system profile (see :class:`suite.jobs.SiteKey`)."""
+    """``[site.NAME]`` of a system profile (see :class:`commbench.jobs.render.SiteKey`)."""
 
     model_config = STRICT
 

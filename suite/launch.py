@@ -1,6 +1,6 @@
 """Starting ranks from Python on one machine: which ``mpiexec``, and an environment in
 which Open MPI or MPICH runs there (as root, oversubscribed, no UCX one-sided component),
-with this source tree importable. Used by the benchmarks and ``make gpu-check``."""
+Used by the benchmarks and ``make gpu-check``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 LOCAL_MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -27,9 +26,8 @@ def find_mpiexec() -> str | None:
 
 def local_env() -> dict[str, str]:
     """This process's environment plus :data:`LOCAL_MPI_ENV` (values already set win),
-    unbuffered output, and this tree first on ``PYTHONPATH``."""
+    and unbuffered output."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for key, value in LOCAL_MPI_ENV.items():
         env.setdefault(key, value)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from suite.errors import UsageError
+from commbench.errors import UsageError
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)

@@ -10,6 +10,6 @@ def fast_core_compiled():
     Otherwise the first test that schedules pays the compile inside its own time limits
     (threaded ranks, mpiexec timeouts) and fails on a fresh machine only.
     """
-    from kernels.fast import warmup
+    from commbench.kernels.fast import warmup
 
     warmup()

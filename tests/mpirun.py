@@ -48,7 +48,7 @@ def run_mpi(
 ) -> subprocess.CompletedProcess:
     """Run ``python ARGS...`` on ``nranks`` ranks; output captured as text.
 
-    ``args`` are Python's arguments, e.g. ``["-m", "suite", "run", ...]`` or a script path.
+    ``args`` are Python's arguments, e.g. ``["-m", "commbench", "run", ...]`` or a script path.
     On timeout the whole process group is killed and ``subprocess.TimeoutExpired`` raised.
     """
     cmd = [mpiexec(), "--oversubscribe", "-n", str(nranks), sys.executable, *args]

@@ -19,12 +19,12 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from kernels.cases import AllreduceCase
-from kernels.nvrar.schedule import NvrarTimeout
-from kernels.reduce import BF16
-from kernels.registry import lookup
-from suite.backends.cpu import CpuTransport
-from suite.topology import Topology
+from commbench.harness.backends.cpu import CpuTransport
+from commbench.harness.topology import Topology
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.nvrar.schedule import NvrarTimeout
+from commbench.kernels.reduce import BF16
+from commbench.kernels.registry import lookup
 
 WORLD = MPI.COMM_WORLD
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int32)]

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from kernels.baselines._allreduce import block_bounds
+from commbench.kernels.baselines._allreduce import block_bounds
 from tests.mpirun import run_mpi
 
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.baselines.spreadout import spreadout_plan
-from kernels.cases import AlltoallvCase
-from kernels.fast.impls import schedule_options
-from kernels.fast.simulate import alltoallv, random_sendbufs
-from kernels.registry import lookup
+from commbench.kernels.baselines.spreadout import spreadout_plan
+from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.fast.impls import schedule_options
+from commbench.kernels.fast.simulate import alltoallv, random_sendbufs
+from commbench.kernels.registry import lookup
 from tests.test_fast_executor import traffic_cases
 from tests.threaded_transport import run_ranks
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kernels.fast import warmup
+from commbench.kernels.fast import warmup
 from tests.mpirun import run_mpi
 
 
@@ -18,7 +18,7 @@ def numba_cache():
 
 def sweep(tmp_path, impl: str, *extra: str) -> pd.DataFrame:
     out = tmp_path / f"{impl}.jsonl"
-    proc = run_mpi(8, ["-m", "suite", "run", "alltoallv", "--impl", impl, "--gpus-per-node", "4",
+    proc = run_mpi(8, ["-m", "commbench", "run", "alltoallv", "--impl", impl, "--gpus-per-node", "4",
                        "--workload", "zipf:0.9", "-b", "64K", "-e", "4M", "-c", "1", "-n", "2",
                        "-w", "1", "--out", str(out), *extra], timeout=200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -47,7 +47,7 @@ def test_fast_sched_reschedules_every_timed_call(tmp_path):
 
 
 def test_bad_param_is_one_line_on_every_rank(tmp_path):
-    proc = run_mpi(2, ["-m", "suite", "run", "alltoallv", "--impl", "fast", "--param",
+    proc = run_mpi(2, ["-m", "commbench", "run", "alltoallv", "--impl", "fast", "--param",
                        "strategy=greedy", "-b", "1K", "-e", "1K"], timeout=60)  # fmt: skip
     assert proc.returncode != 0
     assert "error: ValueError: unknown strategy 'greedy'" in proc.stderr

@@ -13,9 +13,15 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from analysis import cli as analysis_cli
-from analysis.figures import FIGURES, empty_message, figure_1, figure_3, figure_6, render_all
-from analysis.load import (
+from commbench.analysis.figures import (
+    FIGURES,
+    empty_message,
+    figure_1,
+    figure_3,
+    figure_6,
+    render_all,
+)
+from commbench.analysis.load import (
     POINT_COLUMNS,
     load_all,
     load_reference,
@@ -26,9 +32,9 @@ from analysis.load import (
     workload_key,
     zipf_exponent,
 )
-from analysis.report import figure_data_uri, write_report
-from analysis.style import MAX_TICKS, binary_label, power_of_two_ticks
-from analysis.tables import (
+from commbench.analysis.report import figure_data_uri, write_report
+from commbench.analysis.style import MAX_TICKS, binary_label, power_of_two_ticks
+from commbench.analysis.tables import (
     best_table,
     line_rate_table,
     line_rates,
@@ -38,7 +44,8 @@ from analysis.tables import (
     summarise,
     with_series,
 )
-from suite.cli import main as commbench
+from commbench.cli import main as commbench
+from commbench.cli import main as commbench_main
 from tests.test_analysis_data import (
     KiB,
     MiB,
@@ -491,18 +498,16 @@ def test_commbench_report_cli(small_dir, tmp_path, capsys):
     assert not (tmp_path / "x.html").exists()
 
 
-def test_python_m_analysis_figures(small_dir, tmp_path, capsys):
+def test_commbench_figures(small_dir, tmp_path, capsys):
     out = tmp_path / "figs"
-    assert analysis_cli.main(["figures", str(small_dir), "-o", str(out)]) == 0
+    assert commbench_main(["figures", str(small_dir), "-o", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 7 and lines[0].startswith("figure 1: ")
     assert any(line.startswith("figure 2: nothing to draw") for line in lines)
     assert len(list(out.glob("*.png"))) == 7 and len(list(out.glob("*.svg"))) == 7
-    assert (
-        analysis_cli.main(["figures", str(small_dir), "--line-rate", "local", "-o", str(out)]) == 2
-    )
+    assert commbench_main(["figures", str(small_dir), "--line-rate", "local", "-o", str(out)]) == 2
     assert "bad --line-rate 'local'" in capsys.readouterr().err
-    assert analysis_cli.main(["figures", str(tmp_path / "nope"), "-o", str(out)]) == 2
+    assert commbench_main(["figures", str(tmp_path / "nope"), "-o", str(out)]) == 2
 
 
 def test_spread_band_contains_the_line(loaded):
@@ -531,7 +536,7 @@ def test_run_metadata_reads_versions_and_job_sentinels(tmp_path):
         tmp_path / "vista" / "r2" / "results.jsonl", allreduce_records("vista", 2, 1, reps=1)
     )
     (bad.parent / "error").write_text("exit status 1\nnvrar: exit status 2 (logs/nvrar.log)\n")
-    from analysis.load import run_metadata
+    from commbench.analysis.load import run_metadata
 
     runs = run_metadata(load_all(tmp_path)[0]).set_index("system")
     assert runs.loc["perlmutter", "job"] == "ready" and runs.loc["perlmutter", "records"] == 24
@@ -542,8 +547,8 @@ def test_run_metadata_reads_versions_and_job_sentinels(tmp_path):
 
 
 def test_every_registered_implementation_has_its_own_colour():
-    from analysis.style import impl_color
-    from kernels.registry import implementations
+    from commbench.analysis.style import impl_color
+    from commbench.kernels.registry import implementations
 
     names = sorted({spec.name for spec in implementations()})
     colours = {name: impl_color(name) for name in names}
@@ -551,7 +556,7 @@ def test_every_registered_implementation_has_its_own_colour():
 
 
 def test_scorecard_opens_the_report_and_judges_each_claim(tmp_path):
-    from analysis.scorecard import scorecard
+    from commbench.analysis.scorecard import scorecard
 
     measured = allreduce_records(reps=1)
     modelled = [dict(r, run_id=measured[0]["run_id"]) for r in allreduce_records(modelled=True)]

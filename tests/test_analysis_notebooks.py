@@ -5,7 +5,12 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from analysis.notebooks import NOTEBOOK_DIR, NOTEBOOKS, execute_notebook, inject_parameters
+from commbench.analysis.notebooks import (
+    NOTEBOOK_DIR,
+    NOTEBOOKS,
+    execute_notebook,
+    inject_parameters,
+)
 from tests.test_analysis_data import small_results
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.figures import FIGURES, empty_message
-from analysis.load import load_all, load_reference
-from analysis.report import write_report
+from commbench.analysis.figures import FIGURES, empty_message
+from commbench.analysis.load import load_all, load_reference
+from commbench.analysis.report import write_report
 from tests.mpirun import run_mpi
 
 RUNS = [
@@ -21,7 +21,7 @@ RUNS = [
 def real_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("real") / "results.jsonl"
     for collective, impl, flags in RUNS:
-        args = ["-m", "suite", "run", collective, "--impl", impl, "--gpus-per-node", "2"]
+        args = ["-m", "commbench", "run", collective, "--impl", impl, "--gpus-per-node", "2"]
         args += [*flags, "-n", "3", "-w", "1", "-c", "1", "--out", str(out)]
         proc = run_mpi(4, args, timeout=120)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite.cluster import netns
-from suite.cluster.plan import ClusterSpec
+from commbench.cluster import netns
+from commbench.cluster.plan import ClusterSpec
 from tests.mpirun import ROOT
 
 PREFIX = "cbt"
@@ -41,7 +41,7 @@ def _missing(why: str) -> None:
 
 def commbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "suite", *args],
+        [sys.executable, "-m", "commbench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -80,7 +80,7 @@ def test_every_cpu_implementation_matches_mpi_byte_for_byte_over_tcp(cluster, tm
         "gpus_per_node": 2,
         "hosts": ["cbt-n0", "cbt-n0", "cbt-n1", "cbt-n1"],
     }
-    from kernels.registry import implementations
+    from commbench.kernels.registry import implementations
 
     for coll in ("alltoallv", "allreduce"):
         names = {s.name for s in implementations(coll) if "cpu" in s.backends}
@@ -92,7 +92,7 @@ def test_a_ranks_bytes_use_its_own_nic_and_the_peers(cluster):
     nbytes, iters = 4 << 20, 3
     before = netns.counters(spec)
     # rank 0 = node 0 local 0; rank 3 = node 1 local 1
-    proc = on_cluster(folder, sys.executable, "-m", "suite.cluster.pingpong",
+    proc = on_cluster(folder, sys.executable, "-m", "commbench.cluster.pingpong",
                       str(nbytes), str(iters), "3")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = netns.counters(spec)
@@ -137,7 +137,7 @@ def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
         assert result["alltoallv"] == {"fanout": 0, "fast": 0}
         assert result["allreduce"] == {"ring": 0, "nvrar": 0}
         # enough packets through the lossy NIC that "some were lost" cannot fail by chance
-        proc = on_cluster(folder, sys.executable, "-m", "suite.cluster.pingpong",
+        proc = on_cluster(folder, sys.executable, "-m", "commbench.cluster.pingpong",
                           str(64 << 10), "400", "2")  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         sent = netns.counters(spec)[(1, 0)]["tx_packets"] - sent_before
@@ -151,7 +151,7 @@ def test_one_percent_loss_on_a_nic_still_gives_exact_results(cluster, tmp_path):
 def test_a_nic_taken_down_mid_run_ends_the_job_with_the_rank_named(cluster, tmp_path):
     spec, folder = cluster
     out = tmp_path / "r.jsonl"
-    argv = [sys.executable, "-m", "suite", "cluster", "exec", "--prefix", PREFIX, "--state",
+    argv = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", PREFIX, "--state",
             str(folder), "--timeout", "90", "--", "commbench", "run", "alltoallv", "--impl",
             "fanout", "-b", "64K", "-e", "64M", "-f", "2", "-n", "20", "-w", "1",
             "--watchdog", "8", "--out", str(out)]  # fmt: skip

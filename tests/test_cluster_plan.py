@@ -7,9 +7,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from suite.cli import main
-from suite.cluster import netns
-from suite.cluster.plan import (
+from commbench.cli import main
+from commbench.cluster import netns
+from commbench.cluster.plan import (
     ClusterSpec,
     burst_bytes,
     loss_script,
@@ -18,8 +18,8 @@ from suite.cluster.plan import (
     parse_rate,
     port_qdisc_command,
 )
-from suite.cluster.profiles import load_emulated_profile, profile_names
-from suite.errors import UsageError
+from commbench.cluster.profiles import load_emulated_profile, profile_names
+from commbench.errors import UsageError
 
 
 def test_rates_parse_with_units():
@@ -196,7 +196,7 @@ def test_up_without_net_admin_is_refused(monkeypatch, tmp_path):
 def test_bench_tables_show_only_the_ratios_whose_rows_were_measured():
     import pandas as pd
 
-    from suite.cluster.bench import tables
+    from commbench.benchmarks.cluster import tables
 
     def row(impl, us, workload="uniform"):
         return dict(shape="2x4", queue="target-deep", workload=workload, impl=impl,

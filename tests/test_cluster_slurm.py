@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.cluster import netns, slurm
-from suite.cluster.plan import ClusterSpec
-from suite.joblog import failed_where
+from commbench.cluster import netns, slurm
+from commbench.cluster.plan import ClusterSpec
+from commbench.jobs.joblog import failed_where
 from tests.mpirun import ROOT
 
 PREFIX = "cbj"
@@ -66,7 +66,7 @@ def commbench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, COMMBENCH_CLUSTER_PREFIX=PREFIX)
     env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "OMPI_", "PRTE_"))}
     return subprocess.run(
-        [sys.executable, "-m", "suite", *args],
+        [sys.executable, "-m", "commbench", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
@@ -150,7 +150,7 @@ def test_bad_input_is_one_line_exit_2(cluster, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
     env_other = dict(os.environ, COMMBENCH_CLUSTER_PREFIX="cbjx")
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "jobs", "submit", "--system", "local-cluster",
+        [sys.executable, "-m", "commbench", "jobs", "submit", "--system", "local-cluster",
          "--nodes", "2", "--experiment", "interconnect", "-o", str(tmp_path)],
         cwd=ROOT, env=env_other, capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from kernels.registry import implementations
+from commbench.kernels.registry import implementations
 from tests.mpirun import ROOT, mpi_env, run_mpi
 
 RECORD_FIELDS = {
@@ -26,7 +26,7 @@ RECORD_FIELDS = {
 
 
 def commbench(nranks: int, *args: str, timeout: float = 120, **kw):
-    return run_mpi(nranks, ["-m", "suite", "run", *args], timeout=timeout, **kw)
+    return run_mpi(nranks, ["-m", "commbench", "run", *args], timeout=timeout, **kw)
 
 
 def records(path) -> pd.DataFrame:
@@ -146,7 +146,7 @@ BAD_INPUT = [
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     out = tmp_path / "r.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", *args, "--out", str(out)],
+        [sys.executable, "-m", "commbench", "run", *args, "--out", str(out)],
         env=mpi_env(), cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     if "cuda" in args and "cannot run here" not in proc.stderr:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import load_all
-from suite import external
-from suite.cli import main
+from commbench.analysis.load import load_all
+from commbench.cli import main
+from commbench.jobs import external
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "external"
 
@@ -228,8 +228,8 @@ def test_external_command_mirrors_the_step():
 
 
 def test_agreement_table_pairs_commbench_with_the_tool_in_the_same_run(tmp_path):
-    from analysis.report import write_report
-    from analysis.tables import agreement_table
+    from commbench.analysis.report import write_report
+    from commbench.analysis.tables import agreement_table
 
     out = tmp_path / "results.jsonl"
     osu = str(FIXTURES / "osu_alltoall-5.6.2.txt")

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.cases import AlltoallvCase
-from kernels.fast import plan as P
-from kernels.fast import schedule
-from kernels.fast.executor import (
+from commbench.gpucheck.checks import self_plan
+from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.fast import plan as P
+from commbench.kernels.fast import schedule
+from commbench.kernels.fast.executor import (
     PlanExecutor,
     agree,
     fingerprint,
@@ -21,8 +22,7 @@ from kernels.fast.executor import (
     plan_problem,
     schedule_problem,
 )
-from kernels.fast.simulate import alltoallv, random_sendbufs
-from suite.gpucheck import self_plan
+from commbench.kernels.fast.simulate import alltoallv, random_sendbufs
 from tests.threaded_transport import run_ranks
 
 
@@ -325,7 +325,7 @@ def test_gpu_check_plan_runs_on_one_rank(groups):
 
 def test_per_call_benchmark_pieces():
     """The per-call benchmark's trace tiling and its phases on a small cluster."""
-    from suite.benchmarks import fast_executor as bench
+    from commbench.benchmarks import fast_executor as bench
 
     mats = bench.load_trace(bench.TRACE)
     assert mats.shape[1:] == (32, 32) and (mats.sum(axis=2) == 8192).all()

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from kernels.fast import warmup
+from commbench.kernels.fast import warmup
 from tests.mpirun import ROOT, run_mpi
 
 CALLS = 1000

@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-import kernels.fast as fast
-from kernels.fast import _core, simulate
-from kernels.fast import plan as P
-from kernels.fast.scheduler import BALANCE_MODES
-from suite.cli import main
+import commbench.kernels.fast as fast
+from commbench.cli import main
+from commbench.kernels.fast import _core, simulate
+from commbench.kernels.fast import plan as P
+from commbench.kernels.fast.scheduler import BALANCE_MODES
 
 
 @st.composite
@@ -306,7 +306,7 @@ def test_unit_alignment_never_drops_a_tail():
 
 
 def test_tail_strategies_and_cost_cut():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate("zipf:0.8", 48, 1 << 20, seed=2)
     exact = fast.schedule(d, 4, max_stages=None)
@@ -328,7 +328,7 @@ def test_tail_strategies_and_cost_cut():
 
 
 def test_stage_cap_and_pipelined_balancing():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate("zipf:0.8", 32, 1 << 20, seed=3)
     whole = fast.schedule(d, 4, max_stages=None, max_stage_bytes=None)
@@ -360,7 +360,7 @@ def test_stage_cap_and_pipelined_balancing():
 
 
 def test_early_tail_joins_a_stage_and_changes_nothing_else():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate("zipf:0.8", 48, 1 << 20, seed=2)
     last = fast.schedule(d, 4, max_stages=5)
@@ -400,7 +400,7 @@ def test_early_tail_joins_a_stage_and_changes_nothing_else():
 
 
 def test_first_stage_fraction_splits_the_first_stage():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate("zipf:0.8", 48, 1 << 20, seed=2)
     base = fast.schedule(d, 4, max_stages=5)
@@ -430,7 +430,7 @@ def test_first_stage_fraction_splits_the_first_stage():
 
 
 def test_summary_and_memory():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     sched = fast.schedule(generate("zipf:0.8", 32, 1 << 16, seed=1), 8)
     sm = sched.summary()
@@ -510,8 +510,8 @@ def test_cli_schedule(capsys):
 
 
 def test_small_op_tables_are_rebuilt_at_the_counted_size(monkeypatch):
-    from kernels.fast import scheduler
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
+    from commbench.kernels.fast import scheduler
 
     d = generate("zipf:0.8", 16, 1 << 12, seed=4)
     want = fast.schedule(d, 4)
@@ -525,7 +525,7 @@ def test_small_op_tables_are_rebuilt_at_the_counted_size(monkeypatch):
 
 
 def test_schedule_ahead_is_schedule_on_another_thread():
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate("zipf:0.8@3", 32, 1 << 20, unit=2)
     future = fast.schedule_ahead(d, 4, rank=5, unit=2, tail="early")
@@ -542,7 +542,7 @@ def test_schedule_ahead_is_schedule_on_another_thread():
 def test_threads_share_the_matrix_pass_and_change_nothing(monkeypatch):
     """``threads`` splits the regions pass into row blocks (any split, any node size,
     units that are not powers of two): the schedule and plans are the one-thread ones."""
-    from kernels.fast import scheduler
+    from commbench.kernels.fast import scheduler
 
     monkeypatch.setattr(scheduler, "PARALLEL_MIN_RANKS", 1)
     rng = np.random.default_rng(11)
@@ -587,7 +587,7 @@ def test_stage_cost_stops_the_decomposition_early_without_changing_it(
 ):
     """With a stage cost the decomposition stops once the cut can keep no more stages:
     the kept stages are those the cut picks from the whole (uncut) decomposition."""
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     d = generate(f"{law}@{seed}", s * 4, 1 << 16)
     whole = fast.schedule(d, 4, max_stages=max_stages, quantum=quantum)

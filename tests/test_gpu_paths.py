@@ -12,10 +12,10 @@ import os
 import pytest
 from packaging.requirements import Requirement
 
-from kernels.baselines.mpi import mpi_gpu_support
-from kernels.registry import implementations, lookup
-from suite import driver
-from suite.errors import UsageError
+from commbench.errors import UsageError
+from commbench.harness import driver
+from commbench.kernels.baselines.mpi import mpi_gpu_support
+from commbench.kernels.registry import implementations, lookup
 from tests.mpirun import ROOT, run_mpi
 
 

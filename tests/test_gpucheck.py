@@ -16,10 +16,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.reduce import BF16, SUPPORTED_DTYPES, reduce_into
-from suite import gpucheck
-from suite.gpucheck import FAILED, NOT_APPLICABLE, OK, Check, run_all
-from suite.gpucheck_nvrar import check_inputs, loopback_expected, storage_dtype
+from commbench.gpucheck import checks as gpucheck
+from commbench.gpucheck.checks import FAILED, NOT_APPLICABLE, OK, Check, run_all
+from commbench.gpucheck.nvrar import check_inputs, loopback_expected, storage_dtype
+from commbench.kernels.reduce import BF16, SUPPORTED_DTYPES, reduce_into
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = "tests.scripts.gpucheck_fakes"
@@ -98,7 +98,7 @@ def test_a_failure_on_one_rank_fails_the_two_rank_check(tmp_path):
 
 
 def test_every_registered_implementation_is_listed_per_backend(tmp_path):
-    from kernels.registry import implementations
+    from commbench.kernels.registry import implementations
 
     cuda = {c.name: c for c in gpucheck.driver_checks("cuda", tmp_path)}
     rocm = {c.name: c for c in gpucheck.driver_checks("rocm", tmp_path)}

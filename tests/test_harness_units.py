@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import collectives, metrics
-from suite.errors import UsageError
-from suite.topology import Layout, check_gpus_per_node
-from suite.units import format_size, parse_size, size_sweep
+from commbench.errors import UsageError
+from commbench.harness import collectives, metrics
+from commbench.harness.topology import Layout, check_gpus_per_node
+from commbench.units import format_size, parse_size, size_sweep
 
 
 def test_parse_and_format_sizes():
@@ -112,8 +112,8 @@ def test_layout_maps_group_peers_to_world_ranks():
 
 
 def test_make_run_measures_and_models_every_skew_of_figure_2():
-    from suite import sweep
-    from suite.workloads import expand_workloads, parse_workload
+    from commbench.harness.workloads import expand_workloads, parse_workload
+    from commbench.sweep import sweep
 
     def skews(workloads) -> set[float]:
         specs = [s for w in workloads for s in expand_workloads(w)]

@@ -20,17 +20,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import jobs, jobs_cli
-from suite.cli import main
-from suite.errors import UsageError
+from commbench.cli import main
+from commbench.config import load_toml
+from commbench.errors import UsageError
+from commbench.jobs import cli as jobs_cli
+from commbench.jobs import render as jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "jobs"
 UPDATE = os.environ.get("COMMBENCH_UPDATE_GOLDEN") == "1"
-REPO = Path("/opt/commbench")
 BINDIR = Path("/opt/commbench/.venv/bin")
+JOBS_DIR = Path("/opt/commbench/jobs")  # where the goldens find the job files
 RESULTS = Path("/scratch/results")
-PLACES = jobs.placeholders(REPO, BINDIR, environ={})
+PLACES = jobs.placeholders(BINDIR, JOBS_DIR, environ={})
 
 #: Site values a user of each system would give.
 SITE = {
@@ -93,8 +95,8 @@ def render(
         alloc,
         values,
         run_id="golden",
-        repo=REPO,
         bindir=BINDIR,
+        jobs_dir=JOBS_DIR,
         results_root=RESULTS,
         available=AVAILABLE if available is None else available,
         launcher=launcher,
@@ -155,21 +157,21 @@ def test_unknown_system_names_the_choices():
 
 
 def test_profile_validation_names_file_and_key(tmp_path):
-    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
     data["fabric"]["scaleout_GBps"] = "fast"
     with pytest.raises(UsageError, match=r"\[fabric\].*scaleout_GBps must be a number"):
         jobs.parse_profile(data, tmp_path / "local.toml")
-    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
     data["resources"]["gpu_per_node"] = 4
     with pytest.raises(UsageError, match="unknown key.*gpu_per_node"):
         jobs.parse_profile(data, tmp_path / "local.toml")
-    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
     data["fabric"]["flow_control"] = "credit"
     data["fabric"]["nics_per_node"] = 0
     with pytest.raises(UsageError, match=r"\[fabric\]: nics_per_node must be greater than or equal to 1; "
                        r"flow_control must be 'lossless' or 'lossy'"):  # fmt: skip
         jobs.parse_profile(data, tmp_path / "local.toml")
-    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
     data["site"]["partition"]["env"] = "NOT A NAME"
     with pytest.raises(UsageError, match=r"\[site\] \[partition\]: env must match pattern"):
         jobs.parse_profile(data, tmp_path / "local.toml")
@@ -248,7 +250,7 @@ def test_typed_step_errors_name_the_step_and_key(tmp_path, step, message):
     ],
 )
 def test_typed_profile_top_level_errors(tmp_path, edit, message):
-    data = jobs.load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
     data.setdefault("env", {})
     edit(data)
     with pytest.raises(UsageError, match=message):
@@ -639,8 +641,8 @@ def test_render_with_the_real_registry_runs_only_registered():
 def test_every_experiment_step_is_supported_on_gpu_systems(system):
     """Each run an experiment renders for a GPU system passes the registry's own check
     (backend, element type on the GPU) - the one the driver makes before it starts."""
-    from kernels.registry import lookup
-    from suite.backends.dtypes import dtype_name, parse_dtype
+    from commbench.harness.backends.dtypes import dtype_name, parse_dtype
+    from commbench.kernels.registry import lookup
 
     profile = jobs.load_profile(system)
     assert profile.backend in ("cuda", "rocm")

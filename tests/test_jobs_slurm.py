@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from suite import jobs
+from commbench.jobs import render as jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -37,7 +37,7 @@ def render_local(
     if external:
         step = dataclasses.replace(exp.steps[0], external=external)
         exp = dataclasses.replace(exp, steps=(step,))
-    places = jobs.placeholders(ROOT, Path(sys.executable).parent)
+    places = jobs.placeholders(Path(sys.executable).parent)
     site = jobs.resolve_site(profile, site_values or {}, {}, {}, 1, places)
     return jobs.render_job(
         profile,
@@ -45,7 +45,6 @@ def render_local(
         jobs.compute_allocation(profile, 1, 300),
         site,
         run_id=run_id,
-        repo=ROOT,
         bindir=Path(sys.executable).parent,
         results_root=tmp_path,
         available=available,
@@ -121,7 +120,11 @@ def slurm_missing() -> str | None:
 
 def commbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "commbench", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

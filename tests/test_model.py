@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels.fast
-from kernels.model import Fabric, lower_bound, step_finish
-from kernels.model import allreduce as ar
-from kernels.model import alltoallv as a2a
-from kernels.model import nccl as nccl_table
+import commbench.kernels.fast
+from commbench.kernels.model import Fabric, lower_bound, step_finish
+from commbench.kernels.model import allreduce as ar
+from commbench.kernels.model import alltoallv as a2a
+from commbench.kernels.model import nccl as nccl_table
 
 # test fixture constants (round numbers so the hand computations stay readable)
 NIC, NIC_US, UP, UP_US, STAGE = 50.0, 2.0, 400.0, 1.0, 5.0
@@ -34,7 +34,7 @@ def us(nbytes: float, gbps: float) -> float:
 
 def schedule(traffic: np.ndarray, g: int, **opts):
     opts.setdefault("max_stages", None)
-    return kernels.fast.schedule(traffic, g, **opts)
+    return commbench.kernels.fast.schedule(traffic, g, **opts)
 
 
 # ---------------------------------------------------------------- constants
@@ -453,7 +453,7 @@ def test_fast_follows_the_plan_steps():
 @settings(max_examples=8, deadline=None)
 @given(s=st.integers(2, 5), seed=st.integers(0, 2**16), hot=st.booleans())
 def test_tuner_returns_the_minimum_and_never_loses_to_the_default(s, seed, hot):
-    from kernels.model.tune import MAX_PASSES, candidate_options, descent_axes, tune_fast
+    from commbench.kernels.model.tune import MAX_PASSES, candidate_options, descent_axes, tune_fast
 
     g = 4
     rng = np.random.default_rng(seed)
@@ -503,10 +503,10 @@ def test_tuner_returns_the_minimum_and_never_loses_to_the_default(s, seed, hot):
     ]
     assert 1 <= t.passes <= MAX_PASSES
     assert t.passes == MAX_PASSES or set(moves) <= set(seen)
-    default = kernels.fast.schedule(d, g, stage_cost_bytes=f.stage_cost_bytes)
+    default = commbench.kernels.fast.schedule(d, g, stage_cost_bytes=f.stage_cost_bytes)
     assert t.default_time_us == pytest.approx(a2a.fast(d, default.transfers(), f).time_us)
     assert t.prediction.time_us <= t.default_time_us
-    again = kernels.fast.schedule(d, g, **t.options)
+    again = commbench.kernels.fast.schedule(d, g, **t.options)
     assert a2a.fast(d, again.transfers(), f).time_us == pytest.approx(t.prediction.time_us)
 
 
@@ -515,9 +515,9 @@ def test_tuner_meets_the_10us_target_with_the_early_tail_and_the_split_first_sta
     the tail posted with a split first stage hides that stage's lending; the tuner's
     earlier fixed rounds (tail, then split on the 3 fastest) never tried that pair with a
     large enough stage cap and stopped at 1.102."""
-    from kernels.model.tune import tune_fast
-    from suite.simulate import fabric_from_profile
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
+    from commbench.kernels.model.tune import tune_fast
+    from commbench.model.simulate import fabric_from_profile
 
     f = fabric_from_profile("h200", stage_us=10.0)
     d = generate("zipf:0.8", 320, 256 << 20, seed=1)
@@ -527,7 +527,12 @@ def test_tuner_meets_the_10us_target_with_the_early_tail_and_the_split_first_sta
 
 
 def test_tuner_never_varies_fixed_options_and_checks_its_input():
-    from kernels.model.tune import TAIL_PENALTIES, candidate_options, descent_axes, tune_fast
+    from commbench.kernels.model.tune import (
+        TAIL_PENALTIES,
+        candidate_options,
+        descent_axes,
+        tune_fast,
+    )
 
     f = fab(4)
     fixed = {"max_stage_bytes": 1 << 20, "balance": "prologue"}

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from suite.cli import main
-from suite.errors import UsageError
-from suite.jobs import load_profile
-from suite.simulate import fabric_from_profile
+from commbench.cli import main
+from commbench.errors import UsageError
+from commbench.jobs.render import load_profile
+from commbench.model.simulate import fabric_from_profile
 
 
 def records(path) -> list[dict]:
@@ -117,8 +117,8 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
 
 
 def test_one_gpu_per_node_system():
-    from kernels.model import alltoallv as a2a
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
+    from commbench.kernels.model import alltoallv as a2a
 
     f = fabric_from_profile("vista")
     d = generate("zipf:0.8", 4, 1 << 20, seed=1)
@@ -127,9 +127,9 @@ def test_one_gpu_per_node_system():
 
 
 def test_fast_is_tuned_by_default_and_balance_follows_the_plans(tmp_path):
-    import kernels.fast
-    from kernels.model import alltoallv as a2a
-    from suite.workloads import generate
+    import commbench.kernels.fast
+    from commbench.harness.workloads import generate
+    from commbench.kernels.model import alltoallv as a2a
 
     out = tmp_path / "m.jsonl"
     base = ["simulate", "alltoallv", "--system", "h200", "--servers", "3", "--size", "4M",
@@ -152,7 +152,9 @@ def test_fast_is_tuned_by_default_and_balance_follows_the_plans(tmp_path):
     f = fabric_from_profile("h200", stage_us=2.0)
     d = generate("zipf:0.8", 24, 4 << 20, seed=1)
     for rec, bal in ((plain, "pipelined"), (pro, "prologue")):
-        sched = kernels.fast.schedule(d, 8, stage_cost_bytes=f.stage_cost_bytes, balance=bal)
+        sched = commbench.kernels.fast.schedule(
+            d, 8, stage_cost_bytes=f.stage_cost_bytes, balance=bal
+        )
         assert rec["time_us"] == pytest.approx(a2a.fast(d, sched.transfers(), f).time_us)
 
 
@@ -164,7 +166,7 @@ def test_balance_flag_and_param_must_agree(capsys):
 
 
 def test_fast_pays_its_per_call_costs_and_the_relay_fanouts_run(tmp_path):
-    from kernels.model import alltoallv as a2a
+    from commbench.kernels.model import alltoallv as a2a
 
     out = tmp_path / "m.jsonl"
     base = ["simulate", "alltoallv", "--system", "mi300x", "--servers", "4", "--size", "1M",
@@ -199,7 +201,7 @@ def test_flow_control_picks_the_profiles_incast_case(capsys):
 
 
 def test_tuning_reports_progress_on_a_terminal(capsys):
-    from suite import simulate
+    from commbench.model import simulate
 
     seen = []
     f = fabric_from_profile("h200")
@@ -208,8 +210,8 @@ def test_tuning_reports_progress_on_a_terminal(capsys):
     err = capsys.readouterr().err
     assert "tuning FAST: 2 nodes, zipf:0.8, 1M:" in err and "best" in err
     assert err.endswith("\r\033[K")  # the progress line is cleared before the table row
-    from kernels.model.tune import tune_fast
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
+    from commbench.kernels.model.tune import tune_fast
 
     d = generate("zipf:0.8", 16, 1 << 20, seed=1)
     t = tune_fast(d, 8, f, progress=lambda n, best: seen.append((n, best)))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from suite import model_validation
-from suite.jobs import FABRIC_OPTIONAL, load_profile
+from commbench.jobs.render import FABRIC_OPTIONAL, load_profile
+from commbench.model import validation as model_validation
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_KINDS = ("spec:", "published:", "measured:", "estimate:")
@@ -18,7 +18,7 @@ def test_committed_validation_table_matches_the_model():
     doc = ROOT / "docs" / "model-validation.md"
     assert doc.read_text() == model_validation.render(), (
         "docs/model-validation.md is out of date: "
-        "python -m suite.model_validation --out docs/model-validation.md"
+        "python -m commbench.model.validation --out docs/model-validation.md"
     )
 
 

@@ -67,7 +67,7 @@ def test_driver_runs_nvrar_without_wrong_results(tmp_path, nranks, g, maxbytes):
     # The "done when" runs, with fewer iterations (8 x 1 stops at 512K: recursive
     # doubling of 2 MiB on 8 ranks takes long on 2 cores; the full range was run by hand).
     out = tmp_path / "F.jsonl"
-    args = ["-m", "suite", "run", "allreduce", "--impl", "nvrar", "--gpus-per-node", str(g),
+    args = ["-m", "commbench", "run", "allreduce", "--impl", "nvrar", "--gpus-per-node", str(g),
             "-d", "bf16", "-b", "64K", "-e", maxbytes, "-c", "1", "-n", "2", "-w", "1",
             "--out", str(out)]  # fmt: skip
     proc = run_mpi(nranks, args, timeout=240)
@@ -91,7 +91,7 @@ def test_benchmark_table_starts_itself_and_checks_results():
 
     env = {k: v for k, v in mpi_env().items() if not k.startswith(("OMPI_COMM_", "PMIX_"))}
     proc = subprocess.run(
-        [sys.executable, "-m", "suite.benchmarks.nvrar", "--np", "4", "--gpus-per-node", "2",
+        [sys.executable, "-m", "commbench.benchmarks.nvrar", "--np", "4", "--gpus-per-node", "2",
          "-n", "1", "-w", "0", "--rounds", "1", "--impls", "nvrar,mpi,ring"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.baselines._allreduce import block_bounds, span
-from kernels.doubling import (
+from commbench.kernels.baselines._allreduce import block_bounds, span
+from commbench.kernels.doubling import (
     EXCHANGE,
     FOLD_IN,
     FOLD_OUT,
@@ -23,13 +23,13 @@ from kernels.doubling import (
     pow2_floor,
     step_count,
 )
-from kernels.nvrar import cells
-from kernels.nvrar.allreduce import parse_params
-from kernels.nvrar.schedule import (
+from commbench.kernels.nvrar import cells
+from commbench.kernels.nvrar.allreduce import parse_params
+from commbench.kernels.nvrar.schedule import (
     padded_count,
     timeout_message,
 )
-from kernels.nvrar.tuning import (
+from commbench.kernels.nvrar.tuning import (
     Tuning,
     chunk_bounds,
     load_table,
@@ -37,7 +37,7 @@ from kernels.nvrar.tuning import (
     table_path,
     with_overrides,
 )
-from kernels.reduce import (
+from commbench.kernels.reduce import (
     BF16,
     SUPPORTED_DTYPES,
     check_dtype,
@@ -46,7 +46,7 @@ from kernels.reduce import (
     reduce_bf16_bits,
     reduce_into,
 )
-from kernels.registry import lookup
+from commbench.kernels.registry import lookup
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int32)]
 
@@ -342,7 +342,7 @@ def test_implementations_are_registered():
 
 
 def test_benchmark_module_pure_parts(monkeypatch):
-    from suite.benchmarks import nvrar as bench
+    from commbench.benchmarks import nvrar as bench
 
     for var in bench._LAUNCHED:
         monkeypatch.delenv(var, raising=False)
@@ -359,7 +359,7 @@ def test_benchmark_module_pure_parts(monkeypatch):
 
 
 def test_cuda_kernel_names_and_source_agree():
-    from kernels.nvrar import cuda
+    from commbench.kernels.nvrar import cuda
 
     assert cuda.recv_kernel_name(BF16, "max") == "ll8_recv<__nv_bfloat16, 2>"
     assert cuda.recv_kernel_name(np.dtype(np.int32), "sum") == "ll8_recv<int, 0>"
@@ -372,7 +372,7 @@ def test_cuda_kernel_names_and_source_agree():
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not installed")
 def test_cuda_kernels_compile_for_every_dtype_and_op(tmp_path):
     # No GPU needed: nvcc checks the CUDA source and every instantiation CuPy will ask for.
-    from kernels.nvrar import cuda
+    from commbench.kernels.nvrar import cuda
 
     lines = [f'#include "{cuda.KERNEL_SOURCE}"']
     for ctype in cuda.CTYPES.values():

@@ -13,10 +13,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from kernels.nvrar import cells
-from kernels.nvrar.tuning import Tuning
-from kernels.reduce import BF16
-from suite.gpucheck_nvrar import loopback_host
+from commbench.gpucheck.nvrar import loopback_host
+from commbench.kernels.nvrar import cells
+from commbench.kernels.nvrar.tuning import Tuning
+from commbench.kernels.reduce import BF16
 
 
 class Recorder:
@@ -126,7 +126,7 @@ def fakes(monkeypatch):
                          ("nvshmem.core", nv), ("cuda", types.ModuleType("cuda")),
                          ("cuda.core", cuda_core)):  # fmt: skip
         monkeypatch.setitem(sys.modules, name, module)
-    from kernels.nvrar import cuda
+    from commbench.kernels.nvrar import cuda
 
     monkeypatch.setattr(cuda, "_module_cache", {})
     monkeypatch.setattr(cuda, "_live_rails", [])
@@ -136,7 +136,7 @@ def fakes(monkeypatch):
 
 def test_rail_run_call_sequence_and_hot_path(fakes):
     rec, Stream = fakes
-    from kernels.nvrar.cuda import MAX_CHUNKS, NvshmemRail
+    from commbench.kernels.nvrar.cuda import MAX_CHUNKS, NvshmemRail
 
     world = types.SimpleNamespace(Barrier=lambda: None)
     transport = types.SimpleNamespace(

@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.load import read_records
-from kernels.registry import implementations, lookup
-from suite import results
-from suite.cli import build_parser, main
-from suite.watchdog import BOARD, describe_board, format_ranks
+from commbench.analysis import records
+from commbench.analysis.load import read_records
+from commbench.cli import build_parser, main
+from commbench.harness import results
+from commbench.harness.watchdog import BOARD, describe_board, format_ranks
+from commbench.kernels.registry import implementations, lookup
 
 
 def record(size: int) -> dict:
@@ -87,11 +88,11 @@ def test_resume_keys_refuse_a_non_object_line_with_its_line_number(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record(8)) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=r"r.jsonl:2: expected a JSON object, got list"):
-        results.read_done(path)
+        records.read_done(path)
 
 
 def test_time_reduction_is_part_of_the_resume_key():
-    assert results.point_key({**record(8), "time_reduction": "max"}) != results.point_key(
+    assert records.point_key({**record(8), "time_reduction": "max"}) != records.point_key(
         {**record(8), "time_reduction": "avg"}
     )
 

@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import read_records
-from suite.benchmarks.soak import rank_pids
+from commbench.analysis.load import read_records
+from commbench.benchmarks.soak import rank_pids
 from tests.mpirun import ROOT, mpi_env, mpiexec, run_mpi
 from tests.test_reliability import tiny_disk  # noqa: F401 (fixture)
 
 
 def commbench(nranks: int, *args: str, timeout: float = 90):
-    return run_mpi(nranks, ["-m", "suite", "run", *args], timeout=timeout)
+    return run_mpi(nranks, ["-m", "commbench", "run", *args], timeout=timeout)
 
 
 def start(nranks: int, *args: str) -> subprocess.Popen:
-    cmd = [mpiexec(), "--oversubscribe", "-n", str(nranks), sys.executable, "-m", "suite",
+    cmd = [mpiexec(), "--oversubscribe", "-n", str(nranks), sys.executable, "-m", "commbench",
            "run", *args]  # fmt: skip
     return subprocess.Popen(cmd, env=mpi_env(), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from suite.cli import main
-from suite.errors import UsageError
-from suite.workloads import (
+from commbench.cli import main
+from commbench.errors import UsageError
+from commbench.harness.workloads import (
     DEFAULT_SEED,
     MEGATRON_TRACE,
     expand_workloads,

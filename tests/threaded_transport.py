@@ -1,7 +1,7 @@
 """In-process ranks for executor tests: one thread per rank, a FIFO mailbox per
 (group, source, destination), and an all-gather on a barrier.
 
-:class:`ThreadTransport` follows :mod:`kernels.transport`'s contract (sends are eager
+:class:`ThreadTransport` follows :mod:`commbench.kernels.transport`'s contract (sends are eager
 copies, a receive completes in ``wait`` with the oldest matching message, sizes must
 agree) so the executors run unchanged; a hang becomes a ``TimeoutError`` naming the
 receive that never matched.
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.topology import Layout
+from commbench.harness.topology import Layout
 
 TIMEOUT_S = 10.0
 

@@ -1,6 +1,6 @@
 """Shared pieces of the textbook all-reduce baselines (ring, recursive doubling,
 Rabenseifner): block partitioning and the common set-up. Written against the transport
-interface only, so they run on every backend; reductions are :mod:`kernels.reduce`.
+interface only, so they run on every backend; reductions are :mod:`commbench.kernels.reduce`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cases import AllreduceCase
-from kernels.reduce import check_op
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.reduce import check_op
 
 
 def block_bounds(count: int, parts: int) -> list[tuple[int, int]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.cases import AlltoallvCase
-from kernels.registry import register
+from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.registry import register
 
 
 def fanout_plan(traffic: np.ndarray, rank: int) -> tuple[list, list]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cases import AllreduceCase, AlltoallvCase
-from kernels.registry import register
+from commbench.kernels.cases import AllreduceCase, AlltoallvCase
+from commbench.kernels.registry import register
 
 #: ``MPIX_GPU_query_support``'s gpu_type (MPICH's mpi.h: CUDA 0, ZE 1, HIP 2).
 _MPICH_GPU_TYPE = {"cuda": 0, "rocm": 2}
@@ -113,8 +113,8 @@ class MpiAllreduce(_Mpi):
     """MPI_Allreduce (mpi4py); fp16/bf16 through a user-defined reduction on the cpu backend."""
 
     def setup(self, case: AllreduceCase) -> None:
-        from kernels.dtypes import dtype_name
-        from kernels.mpitypes import mpi_type_and_op
+        from commbench.kernels.dtypes import dtype_name
+        from commbench.kernels.mpitypes import mpi_type_and_op
 
         if self.transport.name != "cpu" and dtype_name(case.dtype) not in GPU_DTYPES:
             raise ValueError(

@@ -3,11 +3,11 @@ all-gather; non-powers of two fold the extra ranks in first and out last."""
 
 from __future__ import annotations
 
-from kernels.baselines._allreduce import FlatAllreduce, block_bounds, span
-from kernels.cases import AllreduceCase
-from kernels.doubling import pow2_floor
-from kernels.reduce import reduce_into
-from kernels.registry import register
+from commbench.kernels.baselines._allreduce import FlatAllreduce, block_bounds, span
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.doubling import pow2_floor
+from commbench.kernels.reduce import reduce_into
+from commbench.kernels.registry import register
 
 
 @register("allreduce", "rabenseifner")

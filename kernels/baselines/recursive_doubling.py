@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kernels.baselines._allreduce import FlatAllreduce
-from kernels.cases import AllreduceCase
-from kernels.doubling import doubling_steps, step_count
-from kernels.reduce import reduce_into
-from kernels.registry import register
+from commbench.kernels.baselines._allreduce import FlatAllreduce
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.doubling import doubling_steps, step_count
+from commbench.kernels.reduce import reduce_into
+from commbench.kernels.registry import register
 
 
 @register("allreduce", "recursive-doubling")

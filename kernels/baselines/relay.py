@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.cases import AlltoallvCase, exclusive_cumsum
-from kernels.registry import register
+from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
+from commbench.kernels.registry import register
 
 
 def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bool) -> dict:

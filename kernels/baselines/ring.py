@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kernels.baselines._allreduce import FlatAllreduce, block_bounds
-from kernels.cases import AllreduceCase
-from kernels.reduce import reduce_into
-from kernels.registry import register
+from commbench.kernels.baselines._allreduce import FlatAllreduce, block_bounds
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.reduce import reduce_into
+from commbench.kernels.registry import register
 
 
 @register("allreduce", "ring")

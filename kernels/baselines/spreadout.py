@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.cases import AlltoallvCase, exclusive_cumsum
-from kernels.registry import register
+from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
+from commbench.kernels.registry import register
 
 
 def spreadout_plan(traffic: np.ndarray, rank: int) -> tuple[tuple, list]:

@@ -5,8 +5,8 @@ The algorithm is NCCL's own choice unless ``NCCL_ALGO`` / ``NCCL_PROTO`` force o
 
 from __future__ import annotations
 
-from kernels.cases import AllreduceCase
-from kernels.registry import register
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.registry import register
 
 
 class _LibraryAllreduce:

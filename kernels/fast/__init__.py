@@ -1,14 +1,14 @@
 """FAST all-to-allv (Lei et al., NSDI '26): scheduler, per-rank plans, executors.
 
 ``schedule(traffic, gpus_per_node, **options) -> Schedule``, or ``Scheduler(gpus_per_node,
-**options)`` called matrix after matrix (see :mod:`kernels.fast.scheduler`); the per-rank plan format is in :mod:`kernels.fast.plan`
-and :mod:`kernels.fast.simulate` executes plans on numpy buffers for testing. Importing
+**options)`` called matrix after matrix (see :mod:`commbench.kernels.fast.scheduler`); the per-rank plan format is in :mod:`commbench.kernels.fast.plan`
+and :mod:`commbench.kernels.fast.simulate` executes plans on numpy buffers for testing. Importing
 this package is cheap: the numba core loads on the first :func:`schedule` or
 :func:`warmup`.
 """
 
-from kernels.fast.plan import RankPlan
-from kernels.fast.scheduler import (
+from commbench.kernels.fast.plan import RankPlan
+from commbench.kernels.fast.scheduler import (
     DEFAULT_STRATEGY,
     STRATEGIES,
     Schedule,

@@ -1,9 +1,9 @@
 """Compiled core of the FAST scheduler (numba, cached on disk).
 
-Imported lazily by :mod:`kernels.fast.scheduler` (the leading underscore keeps the plug-in
+Imported lazily by :mod:`commbench.kernels.fast.scheduler` (the leading underscore keeps the plug-in
 loader away from it), so importing :mod:`kernels` does not pay numba's start-up. Every
 function releases the GIL (``nogil``), so a schedule can be made on another thread while
-this one posts or waits (:func:`kernels.fast.scheduler.schedule_ahead`).
+this one posts or waits (:func:`commbench.kernels.fast.scheduler.schedule_ahead`).
 
 Everything is integer arithmetic in *units* (the alignment unit, ``unit`` bytes); a pair
 of ``D`` bytes is ``ceil(D / unit)`` units whose last one may be short, so bytes are
@@ -358,7 +358,7 @@ def region_rows(D, G, unit, shift, u0, u1, region, sums):
     t (each pair rounded up on its own). Adds these rows' byte counts into ``sums``
     (P + 2 S): what each GPU receives, what each server sends to the others, less what
     each server receives from itself (:func:`lower_bound` finishes them). Row blocks
-    are independent, so threads can share the pass (:class:`kernels.fast.Scheduler`'s
+    are independent, so threads can share the pass (:class:`commbench.kernels.fast.Scheduler`'s
     ``threads``).
 
     With G a power of two a row's block sums are taken by pairwise halving (stride-2
@@ -610,7 +610,7 @@ def synthesize_regions(region, lb, G, quantum, mode, cap, stage_cost, penalty, s
 
 # ----------------------------------------------------------------------------- plans
 
-# op columns (an executor reads them through the structured view in kernels.fast.plan)
+# op columns (an executor reads them through the structured view in commbench.kernels.fast.plan)
 NCOL = 10
 KIND_SEND = 0
 KIND_RECV = 1
@@ -1156,7 +1156,7 @@ CLASS_COPY = 4
 @njit(cache=True, nogil=True)
 def bind_order(rows, nsteps, world, node_base, g, local):
     """A plan's ops (``rows``: n x 9, the ``OP_FIELDS`` columns) in posting order, for
-    :class:`kernels.fast.executor.PlanExecutor`.
+    :class:`commbench.kernels.fast.executor.PlanExecutor`.
 
     Returns ``(cols, bounds)``. ``cols`` (6 x n): per op in posting order its peer
     (a world rank when ``world``, else the rank in its group), buffer, start and end

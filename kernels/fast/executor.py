@@ -1,6 +1,6 @@
 """Run a FAST per-rank plan on a transport: the same code for MPI, NCCL and RCCL.
 
-A :class:`~kernels.fast.plan.RankPlan` lists, step by step, the sends, receives and
+A :class:`~commbench.kernels.fast.plan.RankPlan` lists, step by step, the sends, receives and
 local copies of one rank (balance; intra-server traffic with rail step 0; rail step j
 with the redistribution of rail step j - 1 out of the other staging buffer; the last
 drain). :class:`PlanExecutor` turns it, once per bind, into per-step lists of
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.fast import plan as P
+from commbench.kernels.fast import plan as P
 
 GROUPINGS = ("world", "split")
 
@@ -264,8 +264,8 @@ class PlanExecutor:
 
 
 def _bind_order():
-    """The numba core's :func:`~kernels.fast._core.bind_order` (numba loads on first use)."""
-    from kernels.fast.scheduler import _core_fn
+    """The numba core's :func:`~commbench.kernels.fast._core.bind_order` (numba loads on first use)."""
+    from commbench.kernels.fast.scheduler import _core_fn
 
     return _core_fn("bind_order")
 

@@ -11,10 +11,10 @@
   the fan-out tail), then the redistribution. Shows what the stages buy.
 
 Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword option of
-:class:`kernels.fast.Scheduler` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
+:class:`commbench.kernels.fast.Scheduler` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
 ``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
 ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
-communicators; see :mod:`kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
+communicators; see :mod:`commbench.kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
 (default) or ``1`` (the next call's schedule is made during this call's transfer).
 """
 
@@ -25,10 +25,10 @@ import time
 
 import numpy as np
 
-from kernels.cases import AlltoallvCase
-from kernels.fast import Scheduler, compile_seconds, schedule_ahead, warmup
-from kernels.fast.executor import PlanExecutor, load
-from kernels.registry import register
+from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.fast import Scheduler, compile_seconds, schedule_ahead, warmup
+from commbench.kernels.fast.executor import PlanExecutor, load
+from commbench.kernels.registry import register
 
 #: The scheduler's keyword options (``unit`` comes from the case).
 SCHEDULE_OPTIONS = tuple(
@@ -135,7 +135,7 @@ class FastSched(_Fast):
     """FAST with the schedule recomputed inside every call (MoE training's case).
 
     ``--param ahead=1``: each call also starts the next call's schedule on a background
-    thread (:func:`kernels.fast.schedule_ahead`) before its transfer, as an MoE layer
+    thread (:func:`commbench.kernels.fast.schedule_ahead`) before its transfer, as an MoE layer
     can once it has routed; a benchmark's next matrix is this call's. The next call
     uses it if it was made for that call's matrix, else schedules as usual."""
 

@@ -71,7 +71,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.fast import plan as _plan
+from commbench.kernels.fast import plan as _plan
 
 STRATEGIES = ("bottleneck", "threshold", "bvn")
 DEFAULT_STRATEGY = "bottleneck"
@@ -99,7 +99,7 @@ def warmup() -> float:
     if _compile_seconds is not None:
         return _compile_seconds
     t0 = time.perf_counter()
-    from kernels.fast import _core
+    from commbench.kernels.fast import _core
 
     d = np.array([[0, 3, 5, 1], [2, 0, 0, 7], [4, 1, 0, 2], [6, 0, 3, 0]], dtype=np.int64)
     _core.minmax(d)
@@ -295,7 +295,7 @@ class Schedule:
         return self._nsteps
 
     def plan(self, rank: int) -> _plan.RankPlan:
-        """The ops ``rank`` posts, step by step (see :mod:`kernels.fast.plan`)."""
+        """The ops ``rank`` posts, step by step (see :mod:`commbench.kernels.fast.plan`)."""
         rank = int(rank)
         pl = self._plans.get(rank)
         if pl is None:
@@ -424,7 +424,7 @@ class Scheduler:
         else:
             self.max_stage_bytes = _positive_int(max_stage_bytes, "max_stage_bytes")
         warmup()
-        from kernels.fast import _core
+        from commbench.kernels.fast import _core
 
         self._core = _core
         self._shift = _shift(self.unit)
@@ -489,7 +489,7 @@ def _regions_threaded(d: np.ndarray, g: int, unit: int, threads: int) -> tuple[n
     """The core's ``regions`` on ``threads`` threads: this one and ``threads - 1``
     workers, one block of rows each, each adding into its own row of byte sums."""
     global _workers
-    from kernels.fast import _core
+    from commbench.kernels.fast import _core
 
     if _workers is None:
         _workers = ThreadPoolExecutor(os.cpu_count() or 1, "fast-regions")
@@ -536,7 +536,7 @@ def server_matrix(traffic, gpus_per_node: int, unit: int = 1) -> tuple[np.ndarra
     d = check_traffic(traffic, gpus_per_node)
     unit = _positive_int(unit, "unit")
     warmup()
-    from kernels.fast import _core
+    from commbench.kernels.fast import _core
 
     out = _core.synthesize(d, int(gpus_per_node), unit, _shift(unit), 1, 1, 0, 0.0, 2.0, 0)
     m = np.ascontiguousarray(out[1])
@@ -600,14 +600,14 @@ def _core_fn(name: str):
     """A function of the numba core (imported on first use: numba is slow to import)."""
     fn = _core_fns.get(name)
     if fn is None:
-        from kernels.fast import _core
+        from commbench.kernels.fast import _core
 
         fn = _core_fns[name] = getattr(_core, name)
     return fn
 
 
 def _ops_guess(stages: int, servers: int, gpus_per_node: int) -> int:
-    """The core's :func:`~kernels.fast._core.ops_guess`."""
+    """The core's :func:`~commbench.kernels.fast._core.ops_guess`."""
     return _core_fn("ops_guess")(stages, servers, gpus_per_node)
 
 

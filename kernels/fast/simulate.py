@@ -1,7 +1,7 @@
 """Execute FAST per-rank plans for all ranks in one process, on numpy byte buffers.
 
 This is the reference an executor is checked against: it applies exactly the rules in
-:mod:`kernels.fast.plan` (per step: match every SEND with the RECV its peer posted in
+:mod:`commbench.kernels.fast.plan` (per step: match every SEND with the RECV its peer posted in
 the same group, in posting order, sizes equal; do the COPYs) and verifies that each
 receive buffer ends up byte for byte as ``MPI_Alltoallv`` would leave it, with every
 byte written exactly once.
@@ -13,7 +13,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from kernels.fast import plan as P
+from commbench.kernels.fast import plan as P
 
 
 class PlanError(AssertionError):

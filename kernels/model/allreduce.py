@@ -22,7 +22,7 @@ puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of th
   moving its payload at the LL protocol's share of the NIC — then the intra-node
   all-gather. Three launched phases (one when g = 1: plain recursive doubling).
 * ``nccl``: NCCL's own choice among tree/ring x LL/LL128/Simple with the constants of its
-  ``tuning.cc`` (:mod:`kernels.model.nccl`), plus the host proxy's cost on every network
+  ``tuning.cc`` (:mod:`commbench.kernels.model.nccl`), plus the host proxy's cost on every network
   step (``proxy_us``).
 
 All ranks finish together except where a fold makes some wait longer.
@@ -34,9 +34,9 @@ import math
 
 import numpy as np
 
-from kernels.model import nccl as nccl_table
-from kernels.model.alltoallv import Prediction
-from kernels.model.fabric import Fabric
+from commbench.kernels.model import nccl as nccl_table
+from commbench.kernels.model.alltoallv import Prediction
+from commbench.kernels.model.fabric import Fabric
 
 ALGORITHMS = ("nvrar", "ring", "recursive-doubling", "rabenseifner", "nccl")
 
@@ -187,7 +187,7 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
     Each inter-node step is one put per partner through the NVSHMEM transport
     (``put_us``: a CPU proxy with libfabric, ~0 with IBGDA); with ``ll8`` its payload
-    moves at NCCL's LL share of the NIC (:data:`kernels.model.nccl.LL_RING_EFFICIENCY`:
+    moves at NCCL's LL share of the NIC (:data:`commbench.kernels.model.nccl.LL_RING_EFFICIENCY`:
     half the wire is flags, and 8-byte stores do not reach line rate).
     """
     _check(n, nodes, fabric)
@@ -213,7 +213,7 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
 
 def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """NCCL: its own pick among tree/ring x LL/LL128/Simple (:mod:`kernels.model.nccl`),
+    """NCCL: its own pick among tree/ring x LL/LL128/Simple (:mod:`commbench.kernels.model.nccl`),
     run on the channels a call of this size gets (its bandwidth term scaled by the share
     of channels and threads used), plus the host proxy: every network step of a chunk
     passes the sender's and the receiver's proxy thread (``2 * proxy_us``) and returns a

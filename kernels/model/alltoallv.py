@@ -1,7 +1,7 @@
 """Modelled all-to-allv: fan-out, spread-out, a FAST schedule and its balance-only ablation.
 
 Every function takes the P x P traffic matrix (bytes, row = sender, rank = node * G +
-local index) and a :class:`~kernels.model.fabric.Fabric`, and returns a
+local index) and a :class:`~commbench.kernels.model.fabric.Fabric`, and returns a
 :class:`Prediction` with every rank's finish time. Self traffic (the diagonal) is a local
 copy and costs nothing. The steps are those of the executors in the FAST paper:
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.model.fabric import Fabric, step_finish
+from commbench.kernels.model.fabric import Fabric, step_finish
 
 PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 BALANCE_MODES = ("prologue", "pipelined")
@@ -181,7 +181,7 @@ def deepep(traffic: np.ndarray, fabric: Fabric) -> Prediction:
 
 
 #: FAST schedule synthesis plus one rank's plan (what a rank computes per call), µs, by
-#: GPU count (8 per server, ``zipf:0.8``): ``python -m suite.benchmarks.scheduler`` on the
+#: GPU count (8 per server, ``zipf:0.8``): ``python -m commbench.benchmarks.scheduler`` on the
 #: 2-core development machine, quiet, 2026-11-30 (after issue 18's speed-ups). Measured
 #: once and kept here so the model's predictions do not move with the machine's load.
 SYNTHESIS_US = {16: 17.0, 64: 34.0, 128: 70.0, 320: 361.0, 1024: 5910.0}

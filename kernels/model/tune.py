@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.model.alltoallv import Prediction, fast
-from kernels.model.fabric import Fabric
+from commbench.kernels.model.alltoallv import Prediction, fast
+from commbench.kernels.model.fabric import Fabric
 
 #: ``max_stage_bytes`` candidates, as multiples of the fabric's per-stage cost in bytes
 STAGE_CAP_MULTIPLES = (16, 32, 64)
@@ -130,12 +130,12 @@ def tune_fast(
     progress: Callable[[int, float], None] | None = None,
 ) -> Tuned:
     """Schedule ``traffic`` with every candidate option set (default:
-    :func:`candidate_options`), model each with :func:`kernels.model.alltoallv.fast`, and
+    :func:`candidate_options`), model each with :func:`commbench.kernels.model.alltoallv.fast`, and
     return the fastest (the first, i.e. the default, on ties). Without ``candidates``, a
     coordinate descent along :func:`descent_axes` follows from the fastest of them (never
     varying a key of ``fixed``); its rows follow the first round's in ``candidates``.
     ``progress(evaluated, best_time_over_lb)`` is called after every candidate."""
-    import kernels.fast
+    import commbench.kernels.fast
 
     if gpus_per_node != fabric.gpus_per_node:
         raise ValueError(
@@ -150,7 +150,7 @@ def tune_fast(
 
     def run(opts: dict) -> None:
         nonlocal best, first
-        sched = kernels.fast.schedule(traffic, gpus_per_node, unit=unit, **opts)
+        sched = commbench.kernels.fast.schedule(traffic, gpus_per_node, unit=unit, **opts)
         tr = sched.transfers()
         pred = fast(traffic, tr, fabric)
         table.append(

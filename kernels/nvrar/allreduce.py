@@ -3,11 +3,11 @@
 Per call: intra-node reduce-scatter (``transport.reduce_scatter`` on the node group:
 MPI ``Reduce_scatter_block`` on cpu, NCCL on cuda; counts not divisible by G are padded),
 the one-sided recursive doubling of the n/G-element segment among the ranks with the same
-local index (:mod:`kernels.nvrar.cpu` / :mod:`kernels.nvrar.cuda`), then the intra-node
+local index (:mod:`commbench.kernels.nvrar.cpu` / :mod:`commbench.kernels.nvrar.cuda`), then the intra-node
 all-gather. G = 1 skips the intra-node steps, one node skips the inter-node one.
 
 Params (``--param key=value``): ``timeout_s`` (default 10) how long a receiver waits for
-a partner's data or credit before raising :class:`~kernels.nvrar.schedule.NvrarTimeout`
+a partner's data or credit before raising :class:`~commbench.kernels.nvrar.schedule.NvrarTimeout`
 naming the step and the partner; ``chunk_bytes`` / ``blocks`` / ``threads`` override the
 tuning table; ``poll_sleep_us`` (cpu, default 20, 0 = only yield) the sleep between polls
 once a wait gets long. The timeout covers the inter-node step; a rank that never enters
@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from kernels.cases import AllreduceCase
-from kernels.doubling import doubling_steps, step_count
-from kernels.nvrar import cells
-from kernels.nvrar.schedule import padded_count
-from kernels.nvrar.tuning import Tuning, load_table, with_overrides
-from kernels.reduce import check_dtype, check_op
-from kernels.registry import register
+from commbench.kernels.cases import AllreduceCase
+from commbench.kernels.doubling import doubling_steps, step_count
+from commbench.kernels.nvrar import cells
+from commbench.kernels.nvrar.schedule import padded_count
+from commbench.kernels.nvrar.tuning import Tuning, load_table, with_overrides
+from commbench.kernels.reduce import check_dtype, check_op
+from commbench.kernels.registry import register
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_POLL_SLEEP_US = 20.0
@@ -89,7 +89,7 @@ class Nvrar:
             return node * g + local
 
         if self.t.name == "cpu":
-            from kernels.nvrar.cpu import MpiRail
+            from commbench.kernels.nvrar.cpu import MpiRail
 
             return MpiRail(
                 topo.rail_comm,
@@ -98,7 +98,7 @@ class Nvrar:
                 self.params["poll_sleep_us"] * 1e-6,
             )
         if self.t.name == "cuda":
-            from kernels.nvrar.cuda import NvshmemRail
+            from commbench.kernels.nvrar.cuda import NvshmemRail
 
             return NvshmemRail(self.t, world_rank_of_node, self.params["timeout_s"])
         raise ValueError(f"nvrar has no {self.t.name!r} backend (use cpu or cuda)")

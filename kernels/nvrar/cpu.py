@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.doubling import Step, doubling_steps
-from kernels.nvrar import cells
-from kernels.nvrar.schedule import NvrarTimeout, timeout_message
-from kernels.nvrar.tuning import Tuning, chunk_bounds
-from kernels.reduce import reduce_into, storage
+from commbench.kernels.doubling import Step, doubling_steps
+from commbench.kernels.nvrar import cells
+from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
+from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
+from commbench.kernels.reduce import reduce_into, storage
 
 #: Polls that only yield before a waiting receiver starts sleeping between polls.
 YIELD_POLLS = 20

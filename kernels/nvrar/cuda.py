@@ -4,7 +4,7 @@ Design choice (host-enqueued puts + CuPy polling kernels, not nvshmem's numba de
 
 * the receive/reduce/pack work is plain CUDA C in ``ll8.cu``, compiled by CuPy's NVRTC
   with no NVSHMEM device headers or LTO device library to link, so it implements the
-  exact cell layout and reductions that :mod:`kernels.nvrar.cells` / ``reduce`` pin down on
+  exact cell layout and reductions that :mod:`commbench.kernels.nvrar.cells` / ``reduce`` pin down on
   the CPU and the GPU self-check compares against them;
 * the puts and credit signals are nvshmem4py's documented host API on a stream
   (``nvshmem.core.put`` / ``signal_op``), which the NVSHMEM proxy turns into RDMA writes
@@ -30,18 +30,19 @@ import atexit
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernels.doubling import Step, doubling_steps
-from kernels.nvrar import cells
-from kernels.nvrar.schedule import NvrarTimeout, timeout_message
-from kernels.nvrar.tuning import Tuning, chunk_bounds
-from kernels.reduce import BF16, SUPPORTED_DTYPES
+from commbench.kernels.doubling import Step, doubling_steps
+from commbench.kernels.nvrar import cells
+from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
+from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
+from commbench.kernels.reduce import BF16, SUPPORTED_DTYPES
 
-KERNEL_SOURCE = Path(__file__).with_name("ll8.cu")
+KERNEL_SOURCE = Path(str(files("commbench.kernels.nvrar"))) / "ll8.cu"
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int"}
 OPCODES = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 #: At most this many chunks (streams) per call; larger messages get larger chunks.

@@ -1,11 +1,11 @@
 """NVRAR's schedule helpers: block padding and the timeout message. The recursive-doubling
 schedule itself (with its global step numbers, which index NVRAR's receive regions and
-credit slots) is :mod:`kernels.doubling`, shared with the flat baselines.
+credit slots) is :mod:`commbench.kernels.doubling`, shared with the flat baselines.
 """
 
 from __future__ import annotations
 
-from kernels.doubling import Step
+from commbench.kernels.doubling import Step
 
 
 def padded_count(count: int, parts: int) -> int:

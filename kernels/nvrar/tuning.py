@@ -5,9 +5,9 @@ The key is the number of data bytes each rank moves in the inter-node step (mess
 / gpus_per_node); an entry applies to sizes up to its ``max_bytes``, the last one to
 everything larger. Regenerate a table on the target machine with::
 
-    mpiexec -n 8 python -m suite.benchmarks.nvrar tune --backend cpu --gpus-per-node 4
+    mpiexec -n 8 python -m commbench.benchmarks.nvrar tune --backend cpu --gpus-per-node 4
 
-(see :mod:`suite.benchmarks.nvrar`); ``--param chunk_bytes=...`` etc. override an entry
+(see :mod:`commbench.benchmarks.nvrar`); ``--param chunk_bytes=...`` etc. override an entry
 for one run.
 """
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-TABLE_DIR = Path(__file__).resolve().parent
+TABLE_DIR = Path(str(files("commbench.kernels.nvrar")))
 FIELDS = ("chunk_bytes", "blocks", "threads")
 
 
@@ -85,7 +86,7 @@ def load_table(backend: str, path: Path | None = None) -> TuningTable:
     if not path.exists():
         raise FileNotFoundError(
             f"no NVRAR tuning table {path}: regenerate it with "
-            f"`python -m suite.benchmarks.nvrar tune --backend {backend}`"
+            f"`python -m commbench.benchmarks.nvrar tune --backend {backend}`"
         )
     return parse_table(json.loads(path.read_text()))
 

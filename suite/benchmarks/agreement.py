@@ -1,7 +1,7 @@
 """Agreement check: commbench's ``mpi`` all-reduce and all-to-all against the OSU
 micro-benchmarks, measured side by side in this run on this machine.
 
-Run: ``python -m suite.benchmarks.agreement`` (part of ``make bench``). The OSU binaries
+Run: ``python -m commbench.benchmarks.agreement`` (part of ``make bench``). The OSU binaries
 come from the ``osu`` site value of the ``local`` system (``$COMMBENCH_OSU``, or ``osu =
 "DIR"`` under ``[local]`` in the site file); nothing is downloaded. Without it the bench
 prints one "not configured" line. With it: ``NP`` ranks (``$NP``, default 8) run
@@ -18,9 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from suite import external, jobs
-from suite.launch import ROOT, find_mpiexec, local_env
-from suite.results import RecordWriter
+from commbench.harness.results import RecordWriter
+from commbench.jobs import external
+from commbench.jobs import render as jobs
+from commbench.launch import find_mpiexec, local_env
 
 ITERS, WARMUP = 200, 20
 #: collective, OSU binary, OSU sizes (per peer for all-to-all), dtype
@@ -34,7 +35,7 @@ def osu_folder() -> str:
     profile = jobs.load_profile("local")
     _, table = jobs.read_site_file(None, os.environ)
     _, file_values = jobs.apply_site_file(profile, table.get("local", {}), "site file")
-    places = jobs.placeholders(ROOT, Path(sys.executable).parent)
+    places = jobs.placeholders(Path(sys.executable).parent)
     return jobs.resolve_site(profile, {}, os.environ, file_values, 1, places)["osu"]
 
 
@@ -54,8 +55,8 @@ def main() -> int:
             "[local] in the site file): skipped"
         )
         return 0
-    from analysis.load import load_all
-    from analysis.tables import agreement_table
+    from commbench.analysis.load import load_all
+    from commbench.analysis.tables import agreement_table
 
     np_ = int(os.environ.get("NP", "8"))
     mpiexec = find_mpiexec() or "mpiexec"
@@ -81,7 +82,7 @@ def main() -> int:
             for record in external.parse_osu(log.read_text(), str(log), context):
                 writer.write(record)
             scale = np_ if coll == "alltoall" else 1
-            ours = [mpiexec, "-n", str(np_), sys.executable, "-m", "suite", "run", coll]
+            ours = [mpiexec, "-n", str(np_), sys.executable, "-m", "commbench", "run", coll]
             ours += ["--impl", "mpi", "-b", str(lo * scale), "-e", str(hi * scale), "-f", "2"]
             ours += ["-n", str(ITERS), "-w", str(WARMUP), "-c", "0", "--system", "local"]
             ours += ["--out", str(out)] + (["-d", dtype] if dtype else [])

@@ -1,17 +1,17 @@
 """Per-call host cost of ``fast+sched``: what one rank does before and while its bytes move,
 next to the modelled transfer of the same call on the ``h200`` profile.
 
-``python -m suite.benchmarks.fast_executor`` (``make bench``; ``--quick`` stops at 320 GPUs,
+``python -m commbench.benchmarks.fast_executor`` (``make bench``; ``--quick`` stops at 320 GPUs,
 ``--trace PATH`` replays another routing trace). For 8x8, 16x8, 40x8 and 128x8 GPUs, 16 MiB
 per GPU, and three traffic laws - ``zipf:0.8``, the real Megatron-LM MoE trace (consecutive
 32-rank iterations tiled to the size) and the expert-skewed MoE law ``moe:P,2`` - every call
 gets a new matrix (the MoE case), and the table gives median and p99 over calls of:
 
-- ``synth``: :func:`kernels.fast.schedule` (balancing, server matrix, stages, tail);
+- ``synth``: :func:`commbench.kernels.fast.schedule` (balancing, server matrix, stages, tail);
 - ``plan``: rank 0's plan (:meth:`Schedule.plan`);
 - ``bind``: :meth:`PlanExecutor.bind` as ``fast+sched`` calls it (``once=True``);
 - ``host``: what runs before the first byte can move, as ``fast+sched`` runs it - a
-  :class:`kernels.fast.Scheduler` (options checked once) making the schedule and rank 0's
+  :class:`commbench.kernels.fast.Scheduler` (options checked once) making the schedule and rank 0's
   plan in one call of the core, then the bind - measured in the same loop, alternating
   with the three phases above (which it is a little less than the sum of);
 - ``run``: the executor's own host work during the call (cutting each step's buffer
@@ -20,11 +20,11 @@ gets a new matrix (the MoE case), and the table gives median and p99 over calls 
 - ``gather``: all-gathering the P x P int64 matrix, modelled at P ranks on ``h200``
   (recursive doubling: log2 P rounds of nic_us plus the rows at NIC bandwidth); the MPI
   measurement of the same bytes on 8 ranks of this machine is a table of its own;
-- ``xfer``: the modelled time of the call's FAST transfer (``kernels.model.alltoallv.fast``
+- ``xfer``: the modelled time of the call's FAST transfer (``commbench.kernels.model.alltoallv.fast``
   on ``h200``, the first call's matrix), and ``host/xfer`` = (gather + host) / xfer;
 - ``ahead``: what is left before the first byte when the caller knows each matrix one call
   early (an MoE layer, once it has routed) and makes its schedule and plan during the
-  previous call's transfer (:func:`kernels.fast.schedule_ahead`; the transfer is a sleep of
+  previous call's transfer (:func:`commbench.kernels.fast.schedule_ahead`; the transfer is a sleep of
   ``xfer``): waiting for that schedule, then the bind.
 
 The table is printed twice: with the scheduler's defaults (what ``fast+sched`` runs
@@ -35,7 +35,7 @@ median is mostly other processes' time slices.
 Then: the stage-count/quality trade-off (other scheduler options: host time next to the
 modelled transfer), how far consecutive trace matrices move (what incremental repair
 would start from), and synthesis on 1 vs 2 threads (two schedules at once, and one
-hidden behind a transfer with :func:`kernels.fast.schedule_ahead`), and one schedule on
+hidden behind a transfer with :func:`commbench.kernels.fast.schedule_ahead`), and one schedule on
 1 vs 2 threads (``threads=2``) with what 8 would give. Every number is
 measured in this run; on a shared machine they are inflated and noisy (the load is
 printed).
@@ -52,7 +52,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from suite.workloads import MEGATRON_TRACE
+from commbench.harness.workloads import MEGATRON_TRACE
 
 SHAPES = ((8, 8), (16, 8), (40, 8), (128, 8))  # servers x GPUs per server
 SIZE = 16 << 20
@@ -83,7 +83,7 @@ def _pool(p: int) -> int:
 
 def load_trace(path: Path) -> np.ndarray:
     """The first ``TRACE_MATRICES`` token matrices of a 4x8 ``trace:`` file, ``count x 32 x 32``."""
-    from suite.workloads import load_trace as read
+    from commbench.harness.workloads import load_trace as read
 
     return read(str(path), TRACE_RANKS)[:TRACE_MATRICES]
 
@@ -91,7 +91,7 @@ def load_trace(path: Path) -> np.ndarray:
 def tiled_trace(mats: np.ndarray, p: int, call: int) -> np.ndarray:
     """Call ``call`` of the trace tiled to ``p`` ranks: block (i, j) of the (p/32)^2 blocks
     is iteration ``call + i * blocks + j`` (mod the count), scaled to SIZE per GPU."""
-    from suite.workloads import apportion
+    from commbench.harness.workloads import apportion
 
     blocks = p // TRACE_RANKS
     idx = (call + np.arange(blocks * blocks)) % len(mats)
@@ -101,7 +101,7 @@ def tiled_trace(mats: np.ndarray, p: int, call: int) -> np.ndarray:
 
 
 def matrices(law: str, p: int, mats: np.ndarray) -> list[np.ndarray]:
-    from suite.workloads import generate
+    from commbench.harness.workloads import generate
 
     if law == "megatron":
         return [tiled_trace(mats, p, c) for c in range(_pool(p))]
@@ -136,8 +136,8 @@ def per_call(mats: list[np.ndarray], g: int, calls: int, **options) -> dict:
     """Per-phase samples (µs) of ``calls`` calls cycling over ``mats``: each call once
     phase by phase and once as fast+sched runs it (``host``; then ``run``), on another
     of the matrices (one just scheduled would find its data in cache)."""
-    from kernels.fast import Scheduler, schedule
-    from kernels.fast.executor import PlanExecutor
+    from commbench.kernels.fast import Scheduler, schedule
+    from commbench.kernels.fast.executor import PlanExecutor
 
     p = mats[0].shape[0]
     ex = PlanExecutor(_NullTransport(p, g))
@@ -177,8 +177,8 @@ def ahead_calls(mats: list[np.ndarray], g: int, calls: int, xfer_us: float, **op
     plus the bind - the host work left before the first byte when each matrix is known
     one call early. The transfer is a sleep of ``xfer_us`` (this thread waits, as one
     waiting on its NICs does), after the run's own host work."""
-    from kernels.fast import schedule_ahead
-    from kernels.fast.executor import PlanExecutor
+    from commbench.kernels.fast import schedule_ahead
+    from commbench.kernels.fast.executor import PlanExecutor
 
     p = mats[0].shape[0]
     ex = PlanExecutor(_NullTransport(p, g))
@@ -202,8 +202,8 @@ def ahead_calls(mats: list[np.ndarray], g: int, calls: int, xfer_us: float, **op
 
 
 def modelled_transfer_us(d: np.ndarray, g: int, fabric, **options) -> float:
-    from kernels.fast import schedule
-    from kernels.model import alltoallv as a2a
+    from commbench.kernels.fast import schedule
+    from commbench.kernels.model import alltoallv as a2a
 
     sched = schedule(d, g, unit=UNIT, **options)
     return a2a.fast(d, sched.transfers(), fabric).time_us
@@ -247,13 +247,13 @@ def measured_allgather(np_: int = 8) -> dict[int, float]:
     """{P: µs} from :func:`allgather_worker` on ``np_`` ranks ({} if MPI did not run)."""
     import tempfile
 
-    from suite.benchmarks.nvrar import relaunch
+    from commbench.benchmarks.nvrar import relaunch
 
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # 8 ranks on few cores
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "allgather.txt"
         rc = relaunch(
-            np_, ["--allgather-worker", str(out)], 300, module="suite.benchmarks.fast_executor"
+            np_, ["--allgather-worker", str(out)], 300, module="commbench.benchmarks.fast_executor"
         )
         text = out.read_text() if rc == 0 and out.exists() else ""
     return {int(a): float(c) for a, _, c in (line.split() for line in text.splitlines())}
@@ -333,7 +333,7 @@ def tradeoff_table(shapes, fabric) -> None:
     _table("Stage count / quality trade-off (zipf:0.8; host median µs, modelled xfer µs)",
            "GPUs", "options", "stages", "sched/lb", "tail share", "host", "xfer",
            "host + xfer")  # fmt: skip
-    from kernels.fast import schedule
+    from commbench.kernels.fast import schedule
 
     for servers, g in shapes:
         p = servers * g
@@ -353,7 +353,7 @@ def tradeoff_table(shapes, fabric) -> None:
 def reuse_previous_stages(sched_prev, sched_next) -> float:
     """Share of the next call's T that the previous call's stages (same permutations, in
     order, each as heavy as the next matrix allows) would carry."""
-    from kernels.fast import server_matrix
+    from commbench.kernels.fast import server_matrix
 
     m, line = server_matrix(sched_next.traffic, sched_next.gpus_per_node, sched_next.unit)
     rest = m.copy()
@@ -368,7 +368,7 @@ def reuse_previous_stages(sched_prev, sched_next) -> float:
 
 def movement_table(shapes, mats_trace) -> None:
     """How much consecutive Megatron matrices move, and what the previous stages carry."""
-    from kernels.fast import schedule
+    from commbench.kernels.fast import schedule
 
     _table("Consecutive trace calls: how much the server matrix moves", "GPUs",
            "median L1 change of the server matrix", "previous call's stages carry",
@@ -393,7 +393,7 @@ def movement_table(shapes, mats_trace) -> None:
 def threads_table(shapes, fabric) -> None:
     """1 vs 2 threads: two schedules (dispatch D, combine D^T) one after the other or at
     once; and one schedule made ahead while the caller waits out a transfer."""
-    from kernels.fast import schedule, schedule_ahead
+    from commbench.kernels.fast import schedule, schedule_ahead
 
     _table("Threads (zipf:0.8; median µs of schedule + rank 0's plan)", "GPUs",
            "1 schedule", "2 in a row (1 thread)", "2 at once (2 threads)", "speed-up",
@@ -441,8 +441,8 @@ def cores_table(shapes, fabric) -> None:
     """One schedule on 1 and 2 threads (``threads=2``: the O(P^2) matrix pass in two row
     blocks), and what 8 threads - a 64-core node's share per GPU - would give: the rest
     of the call, the pass over 8, and the handoff cost the 2-thread run showed."""
-    from kernels.fast import _core
-    from kernels.fast.scheduler import PARALLEL_MIN_RANKS
+    from commbench.kernels.fast import _core
+    from commbench.kernels.fast.scheduler import PARALLEL_MIN_RANKS
 
     _table(f"Cores (zipf:0.8; median µs of host = schedule + plan + bind; threads > 1 from "
            f"{PARALLEL_MIN_RANKS} GPUs on)", "GPUs", "options", "1 thread", "matrix pass",
@@ -478,8 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.allgather_worker:
         return allgather_worker(args.allgather_worker)
-    from kernels.fast import warmup
-    from suite.simulate import fabric_from_profile
+    from commbench.kernels.fast import warmup
+    from commbench.model.simulate import fabric_from_profile
 
     load = warmup()
     fabric = fabric_from_profile("h200")

@@ -1,7 +1,7 @@
 """The harness's own overhead: ``commbench run``'s reported all-reduce latency next to a
 bare mpi4py loop timing the same ``MPI_Allreduce``, in the same run, rounds interleaved.
 
-Run under MPI: ``mpiexec -n 8 python -m suite.benchmarks.harness`` (``make bench``).
+Run under MPI: ``mpiexec -n 8 python -m commbench.benchmarks.harness`` (``make bench``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def bare_loop_us(comm, size: int, iters: int) -> float:
 
 
 def main() -> int:
-    from suite.cli import build_parser
-    from suite.driver import Sweep, make_config
+    from commbench.cli import build_parser
+    from commbench.harness.driver import Sweep, make_config
 
     args = build_parser().parse_args(
         ["run", "allreduce", "--impl", "mpi", "-b", "8", "-e", "8", "-n", str(ITERS),

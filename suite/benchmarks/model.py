@@ -1,13 +1,13 @@
 """Cost-model benchmark: issue targets, evaluation speed at 1024 GPUs, the strategy study.
 
-Run: ``python -m suite.benchmarks.model`` (``--full`` for the whole study grid that
+Run: ``python -m commbench.benchmarks.model`` (``--full`` for the whole study grid that
 docs/cost-model.md records; ``--skip-study`` for targets and speed only). Everything is
 *modelled* with the ``h200`` profile's constants (overridden where a line says so).
 
 1. Targets: FAST at 320 GPUs (40 x 8), ``zipf:0.8``, 16/64/256 MiB per GPU, 2 and 10 µs per
    stage, next to fan-out, spread-out and balance-only: modelled time over the lower bound
    (busiest NIC's bytes over its bandwidth). Goal at 256 MiB: <= 1.05 (2 µs), <= 1.10 (10 µs),
-   for the model-tuned options (``kernels.model.tune``, what ``commbench simulate`` runs).
+   for the model-tuned options (``commbench.kernels.model.tune``, what ``commbench simulate`` runs).
 2. Speed: one 1024-GPU all-to-allv evaluated per pattern (goal < 1 s each), with the
    scheduler's synthesis and ``transfers()`` table timed on their own.
 3. Study: the scheduler's stage-count strategies by modelled time over the lower bound,
@@ -22,11 +22,11 @@ import time
 
 import numpy as np
 
-import kernels.fast
-from kernels.model import alltoallv as a2a
-from kernels.model import tune
-from suite.simulate import fabric_from_profile
-from suite.workloads import generate
+import commbench.kernels.fast
+from commbench.harness.workloads import generate
+from commbench.kernels.model import alltoallv as a2a
+from commbench.kernels.model import tune
+from commbench.model.simulate import fabric_from_profile
 
 MiB = 1 << 20
 WORKLOAD = "zipf:0.8"
@@ -53,7 +53,7 @@ def _schedule(traffic: np.ndarray, fabric, opts: dict):
     opts = dict(opts)
     if opts.pop("cost", False):
         opts["stage_cost_bytes"] = fabric.stage_cost_bytes
-    return kernels.fast.schedule(traffic, fabric.gpus_per_node, **opts)
+    return commbench.kernels.fast.schedule(traffic, fabric.gpus_per_node, **opts)
 
 
 def _best_of(fn, repeats: int = 3) -> tuple[float, object]:
@@ -141,7 +141,7 @@ def targets(servers: int = 40) -> bool:
 def speed(gpus: int = 1024) -> bool:
     fabric = fabric_from_profile("h200")
     d = generate(WORKLOAD, gpus, 64 * MiB, seed=SEED)
-    kernels.fast.warmup()
+    commbench.kernels.fast.warmup()
     t_syn, sched = _best_of(lambda: _schedule(d, fabric, {"cost": True}), 1)
     t_tab, tr = _best_of(sched.transfers, 1)
     print(f"## Speed: one {gpus}-GPU all-to-allv ({WORKLOAD}, 64 MiB per GPU), best of 3")
@@ -214,9 +214,9 @@ def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -
 
 def calibration() -> None:
     """The model next to the papers' numbers (reference, never our measurement): the
-    NVRAR rows of ``docs/model-validation.md`` (``python -m suite.model_validation``
+    NVRAR rows of ``docs/model-validation.md`` (``python -m commbench.model.validation``
     prints all of it)."""
-    from suite.model_validation import nvrar_rows
+    from commbench.model.validation import nvrar_rows
 
     print("\n".join(nvrar_rows()) + "\n")
 
@@ -226,7 +226,7 @@ def _gmean(values: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m suite.benchmarks.model", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m commbench.benchmarks.model", description=__doc__)
     ap.add_argument("--full", action="store_true", help="the whole study grid (minutes)")
     ap.add_argument("--skip-study", action="store_true")
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """NVRAR's microbenchmark on this machine, the tuning-table generator, and GPU checks.
 
-``python -m suite.benchmarks.nvrar`` (what ``make bench`` runs) prints the paper's
+``python -m commbench.benchmarks.nvrar`` (what ``make bench`` runs) prints the paper's
 microbenchmark table: all-reduce latency of NVRAR, MPI_Allreduce, ring, recursive
 doubling and Rabenseifner, bf16, 64 KiB - 2 MiB, **max over ranks**, on 8 ranks = 2
 emulated nodes x 4 GPUs (``--np`` / ``--gpus-per-node``). Timing as the harness's
@@ -9,7 +9,7 @@ as a whole; the table shows the median over ``--rounds`` interleaved rounds (the
 is shared, rounds tame the noise) and the paper's own NVRAR numbers for reference. Each
 point is also checked once (``#wrong``).
 
-``python -m suite.benchmarks.nvrar tune --backend cpu|cuda`` measures NVRAR for each
+``python -m commbench.benchmarks.nvrar tune --backend cpu|cuda`` measures NVRAR for each
 candidate chunk size / grid and writes the winner per size to the backend's tuning table
 (``kernels/nvrar/tuning_<backend>.json``).
 
@@ -17,7 +17,7 @@ Without a launcher around it the module starts itself under ``mpiexec -n NP`` ($
 else the one next to this Python); under ``mpiexec``/``srun`` it runs in place.
 
 The GPU checks of NVRAR's kernels and NVSHMEM path are ``make gpu-check``'s
-(:mod:`suite.gpucheck_nvrar`).
+(:mod:`commbench.gpucheck.nvrar`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.launch import find_mpiexec, local_env
+from commbench.launch import find_mpiexec, local_env
 
 IMPLS = ("nvrar", "mpi", "ring", "recursive-doubling", "rabenseifner")
 SIZES = tuple(64 * 1024 << k for k in range(6))  # 64 KiB .. 2 MiB
@@ -50,7 +50,7 @@ def under_launcher() -> bool:
 
 
 def relaunch(
-    np_: int, argv: list[str], timeout: float, module: str = "suite.benchmarks.nvrar"
+    np_: int, argv: list[str], timeout: float, module: str = "commbench.benchmarks.nvrar"
 ) -> int:
     """Run ``module`` (default: this one) with ``argv`` on ``np_`` ranks; returns the exit
     status."""
@@ -68,8 +68,8 @@ def relaunch(
 
 
 def _setup(backend: str, gpus_per_node: int):
-    from suite.backends import create_transport
-    from suite.topology import Topology
+    from commbench.harness.backends import create_transport
+    from commbench.harness.topology import Topology
 
     topo = Topology.create(gpus_per_node=gpus_per_node)
     return topo, create_transport(backend, topo)
@@ -91,7 +91,7 @@ def time_point(t, impl, point, iters: int, warmup: int) -> float:
 
 
 def wrong_elements(t, impl, point, rep: int) -> int:
-    from suite import collectives
+    from commbench.harness import collectives
 
     collectives.fill(t, point, rep=rep)
     impl.setup(point.case)
@@ -104,7 +104,7 @@ def measure(t, impls: dict, sizes, dtype, iters: int, warmup: int, rounds: int) 
     """{(name, size): (median over rounds of the max over ranks µs, total #wrong)}."""
     from mpi4py import MPI
 
-    from suite import collectives
+    from commbench.harness import collectives
 
     world = t.topo.world
     points = {s: collectives.allreduce_point(t, s, dtype, "sum") for s in sizes}
@@ -128,10 +128,10 @@ def measure(t, impls: dict, sizes, dtype, iters: int, warmup: int, rounds: int) 
 
 
 def run_table(args) -> int:
-    from kernels.dtypes import dtype_name
-    from kernels.registry import lookup
-    from suite.backends.dtypes import parse_dtype
-    from suite.units import format_size
+    from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.kernels.dtypes import dtype_name
+    from commbench.kernels.registry import lookup
+    from commbench.units import format_size
 
     topo, t = _setup(args.backend, args.gpus_per_node)
     dtype = parse_dtype(args.dtype)
@@ -189,9 +189,9 @@ def candidates(backend: str) -> list[dict]:
 
 
 def run_tune(args) -> int:
-    from kernels.nvrar.tuning import Tuning, TuningTable, table_path, write_table
-    from kernels.registry import lookup
-    from suite.backends.dtypes import parse_dtype
+    from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.kernels.nvrar.tuning import Tuning, TuningTable, table_path, write_table
+    from commbench.kernels.registry import lookup
 
     topo, t = _setup(args.backend, args.gpus_per_node)
     if topo.nodes < 2:
@@ -213,7 +213,7 @@ def run_tune(args) -> int:
                   f"(worst {max(res[(k, size)][0] for k in impls):.1f} us)")  # fmt: skip
     if topo.rank == 0:
         source = (
-            f"measured by `python -m suite.benchmarks.nvrar tune` on {topo.hostname}: "
+            f"measured by `python -m commbench.benchmarks.nvrar tune` on {topo.hostname}: "
             f"{topo.size} ranks = {topo.nodes} x {topo.gpus_per_node}, {dtype.name}, "
             f"median of {args.rounds} rounds of {args.iters} calls, max over ranks"
         )
@@ -232,7 +232,7 @@ def run_tune(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m suite.benchmarks.nvrar", description=__doc__.split("\n\n")[0]
+        prog="python -m commbench.benchmarks.nvrar", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("command", nargs="?", default="table", choices=("table", "tune"))
     p.add_argument("--np", type=int, default=8, help="ranks when starting itself (default 8)")

@@ -1,10 +1,10 @@
 """FAST schedule synthesis: time vs GPU count, next to a rebuild-from-scratch reference.
 
-Run: ``python -m suite.benchmarks.scheduler`` (``--quick`` stops at 320 GPUs). For 16,
+Run: ``python -m commbench.benchmarks.scheduler`` (``--quick`` stops at 320 GPUs). For 16,
 64, 128, 320 and 1024 GPUs (8 per server, ``zipf:0.8``, 16 MiB per GPU) it prints, all
 measured in this run on this machine:
 
-- synthesis: ``kernels.fast.schedule`` with the default strategy (balancing, server
+- synthesis: ``commbench.kernels.fast.schedule`` with the default strategy (balancing, server
   matrix, decomposition, tail), median of repeats; ``+ plan``: the same plus one rank's
   per-rank plan, which is what each rank computes per call (the whole schedule from its
   point of view); ``all plans``: every rank's plan (a simulator's view);
@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-import kernels.fast as fast
-from suite.workloads import generate
+import commbench.kernels.fast as fast
+from commbench.harness.workloads import generate
 
 G = 8
 SIZES = (16, 64, 128, 320, 1024)

@@ -1,12 +1,12 @@
 """Fault-injection soak (``make soak``; not part of ``make test`` or ``make bench``).
 
-``mpiexec -n 8 python -m suite.benchmarks.soak calls [N]``: N consecutive ``fast+sched``
+``mpiexec -n 8 python -m commbench.benchmarks.soak calls [N]``: N consecutive ``fast+sched``
 all-to-allv and N ``nvrar`` all-reduce calls (default 10 000 each) on inputs that change
 every call (a new traffic matrix, size and seed; a new count and data), each checked
 against the closed-form answer; prints the wrong-value count and the resident memory
 after the first tenth and at the end (flat: no growth with the call count).
 
-``python -m suite.benchmarks.soak inject [N]``: N (default 50) random faults - SIGKILL or
+``python -m commbench.benchmarks.soak inject [N]``: N (default 50) random faults - SIGKILL or
 SIGSTOP of a random rank, a full disk, SIGINT to the launcher - each into a ``--resume``
 of one sweep; after each, every results file must read back whole (a cut-off tail may
 only be set aside, by the next run) and no completed point may be missing. Prints the
@@ -44,11 +44,11 @@ def resident_mib() -> float:
 
 
 def soak_calls(n: int) -> int:
-    from kernels.registry import lookup
-    from suite import collectives
-    from suite.backends import create_transport
-    from suite.topology import Topology
-    from suite.workloads import generate
+    from commbench.harness import collectives
+    from commbench.harness.backends import create_transport
+    from commbench.harness.topology import Topology
+    from commbench.harness.workloads import generate
+    from commbench.kernels.registry import lookup
 
     topo = Topology.create(gpus_per_node=4)
     t = create_transport("cpu", topo)
@@ -96,9 +96,9 @@ def soak_calls(n: int) -> int:
 
 
 def soak_inject(n: int, seed: int = 0) -> int:
-    from analysis.load import read_records
-    from suite.results import point_key
-    from suite.sweep import _default_mpiexec, _is_open_mpi
+    from commbench.analysis.load import read_records
+    from commbench.analysis.records import point_key
+    from commbench.sweep.sweep import _default_mpiexec, _is_open_mpi
 
     launcher = [_default_mpiexec()]
     launcher += ["--oversubscribe"] if _is_open_mpi(launcher[0]) else []
@@ -140,7 +140,7 @@ def soak_inject(n: int, seed: int = 0) -> int:
                     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
                     filler.write_bytes(b"\0" * max(0, free - rnd.randint(1, 6) * 1024))
                 cmd = [*launcher, "-n", str(RANKS), sys.executable, "-m",
-                       "suite", "run", *SWEEP, "--out", str(out), "--resume",
+                       "commbench", "run", *SWEEP, "--out", str(out), "--resume",
                        "--watchdog", str(WATCHDOG_S)]  # fmt: skip
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True,
@@ -244,7 +244,7 @@ def rank_pids(launcher: int) -> list[int]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("calls", "inject"):
-        print("usage: python -m suite.benchmarks.soak calls [N] | inject [N]", file=sys.stderr)
+        print("usage: python -m commbench.benchmarks.soak calls [N] | inject [N]", file=sys.stderr)
         return 2
     if argv[0] == "calls":
         return soak_calls(int(argv[1]) if len(argv) > 1 else CALLS)

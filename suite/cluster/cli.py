@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.cluster import netns
-from suite.cluster.plan import ClusterSpec, enter_command, mpirun_command, parse_rate
-from suite.errors import UsageError
+from commbench.cluster import netns
+from commbench.cluster.plan import ClusterSpec, enter_command, mpirun_command, parse_rate
+from commbench.errors import UsageError
 
 DEFAULT_PREFIX = "cb"
 #: what every launch on the cluster needs (as root, more ranks than cores)
@@ -93,7 +93,7 @@ def spec_from_args(args) -> ClusterSpec:
     """Profile values, overridden by flags; the NIC rate from ``--nic`` or the profile."""
     prof = None
     if args.profile:
-        from suite.cluster.profiles import load_emulated_profile
+        from commbench.cluster.profiles import load_emulated_profile
 
         prof = load_emulated_profile(args.profile)
 
@@ -129,7 +129,7 @@ def measure_shm_GBps(nbytes: int = 4 << 20, timeout: float = 120) -> float:
     """Shared-memory rate of this machine: a 2-rank ping-pong of ``nbytes`` (no network)."""
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
     cmd = [mpiexec, "-n", "2", "--mca", "btl", "self,sm", sys.executable, "-m",
-           "suite.cluster.pingpong", str(nbytes), "20"]  # fmt: skip
+           "commbench.cluster.pingpong", str(nbytes), "20"]  # fmt: skip
     env = dict(os.environ, **MPI_ENV)
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -151,7 +151,7 @@ def cmd_up(args) -> int:
 
 
 def cmd_down(args) -> int:
-    from suite.cluster import slurm
+    from commbench.cluster import slurm
 
     folder = _folder(args)
     stopped = slurm.remove(folder)  # its Slurm first: munged runs outside the namespaces
@@ -192,7 +192,7 @@ def cmd_exec(args) -> int:
     if state.get("status") != "up":
         raise UsageError(f"the cluster in {folder} is not up: run `commbench cluster down`")
     if argv[0] == "commbench":
-        argv = [sys.executable, "-m", "suite", *argv[1:]]
+        argv = [sys.executable, "-m", "commbench", *argv[1:]]
     if args.node is not None:
         if not 0 <= args.node < spec.nodes:
             raise UsageError(f"--node {args.node}: the cluster has nodes 0-{spec.nodes - 1}")
@@ -242,7 +242,7 @@ MODELLED_IMPLS = ("fast", "fanout", "spreadout", "balance-only")
 def cluster_launcher(prefix: str) -> list[str]:
     """The launcher words that run a per-rank command on the emulated cluster ``prefix``."""
     netns.load_state(netns.state_dir(prefix))  # refuse now if it is not up
-    return [sys.executable, "-m", "suite", "cluster", "exec", "--prefix", prefix, "--"]
+    return [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", prefix, "--"]
 
 
 def model_overrides(spec: ClusterSpec) -> list[str]:
@@ -304,7 +304,7 @@ def add_slurm_parser(verbs, common) -> None:
 
 
 def cmd_slurm(args) -> int:
-    from suite.cluster import slurm
+    from commbench.cluster import slurm
 
     folder = _folder(args)
     if args.action == "start":

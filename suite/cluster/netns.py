@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from suite.cluster.plan import (
+from commbench.cluster.plan import (
     LOSS_FAMILY,
     LOSS_TABLE,
     ClusterSpec,
@@ -32,7 +32,7 @@ from suite.cluster.plan import (
     rank_wrapper_script,
     spec_from_dict,
 )
-from suite.errors import UsageError
+from commbench.errors import UsageError
 
 STATE_ENV = "COMMBENCH_CLUSTER_STATE"
 STATE_ROOT = Path("/run/commbench-cluster")

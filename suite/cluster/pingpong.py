@@ -1,5 +1,5 @@
 """Point-to-point rate between rank 0 and rank PEER: ``mpiexec -n 2 python -m
-suite.cluster.pingpong [BYTES] [ITERS] [PEER]`` prints one JSON line (GB/s one way).
+commbench.cluster.pingpong [BYTES] [ITERS] [PEER]`` prints one JSON line (GB/s one way).
 
 ``cluster up --profile`` runs it on shared memory to scale the NICs from it; on the
 cluster it measures either tier (ranks on one node or on two).

@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import asdict, dataclass
 
-from suite.errors import UsageError
+from commbench.errors import UsageError
 
 DATA_NET = "10.77"  # /16: node i, local k -> 10.77.i.(k+1)
 MGMT_NET = "10.78.0"  # /24: node i -> 10.78.0.(i+1)

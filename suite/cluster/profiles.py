@@ -11,14 +11,16 @@ take it).
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from suite.config import STRICT, parse
-from suite.errors import UsageError
+from commbench.config import STRICT, load_toml, parse
+from commbench.errors import UsageError
 
-EMULATED_DIR = Path(__file__).resolve().parents[2] / "jobs" / "emulated"
+#: the emulated fabrics shipped with commbench (the repository's ``jobs/emulated``)
+EMULATED_DIR = Path(str(files("commbench.jobs.data"))) / "emulated"
 #: above this the 2-core machine, not the token bucket, sets the rate: measured with 8
 #: ranks, aggregate TCP through the switch stalls near 100 MB/s when the cores are shared
 DEFAULT_MAX_NIC_MBIT = 100.0
@@ -50,8 +52,6 @@ def profile_names(folder: Path = EMULATED_DIR) -> list[str]:
 
 
 def load_emulated_profile(name: str, folder: Path = EMULATED_DIR) -> EmulatedProfile:
-    from suite.jobs import load_toml
-
     path = folder / f"{name}.toml"
     if "/" in name or not path.is_file():
         raise UsageError(

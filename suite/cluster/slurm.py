@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.cluster import netns
-from suite.cluster.plan import ClusterSpec, enter_command
-from suite.errors import UsageError
+from commbench.cluster import netns
+from commbench.cluster.plan import ClusterSpec, enter_command
+from commbench.errors import UsageError
 
 #: which emulated cluster ``--system local-cluster`` jobs go to (default: ``cb``)
 PREFIX_ENV = "COMMBENCH_CLUSTER_PREFIX"
@@ -94,7 +94,7 @@ class SlurmPaths:
 
 def cluster_folder(environ: Mapping[str, str] = os.environ) -> Path:
     """The state dir of the cluster ``$COMMBENCH_CLUSTER_PREFIX`` (default ``cb``)."""
-    from suite.cluster.cli import DEFAULT_PREFIX
+    from commbench.cluster.cli import DEFAULT_PREFIX
 
     prefix = environ.get(PREFIX_ENV) or DEFAULT_PREFIX
     return Path(environ.get(netns.STATE_ENV) or netns.STATE_ROOT / prefix)

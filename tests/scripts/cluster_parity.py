@@ -16,12 +16,12 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from kernels.registry import implementations, lookup
-from suite import collectives
-from suite.backends import create_transport
-from suite.backends.dtypes import parse_dtype
-from suite.topology import Topology
-from suite.workloads import generate
+from commbench.harness import collectives
+from commbench.harness.backends import create_transport
+from commbench.harness.backends.dtypes import parse_dtype
+from commbench.harness.topology import Topology
+from commbench.harness.workloads import generate
+from commbench.kernels.registry import implementations, lookup
 
 ALLTOALLV = (("uniform", 96 << 10), ("zipf:0.8", 256 << 10))
 ALLREDUCE = (64 << 10, 1 << 20)  # bf16 bytes

@@ -27,16 +27,16 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from kernels.cases import AlltoallvCase
-from kernels.fast import schedule, warmup
-from kernels.fast.executor import PlanExecutor, load
-from kernels.fast.plan import RECV_BUF, RankPlan
-from kernels.registry import lookup
-from suite.backends import create_transport
-from suite.collectives import alltoallv_expected, alltoallv_send_data
-from suite.topology import Topology
-from suite.workloads import MEGATRON_TRACE as TRACE
-from suite.workloads import generate, load_trace, write_matrix
+from commbench.harness.backends import create_transport
+from commbench.harness.collectives import alltoallv_expected, alltoallv_send_data
+from commbench.harness.topology import Topology
+from commbench.harness.workloads import MEGATRON_TRACE as TRACE
+from commbench.harness.workloads import generate, load_trace, write_matrix
+from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.fast import schedule, warmup
+from commbench.kernels.fast.executor import PlanExecutor, load
+from commbench.kernels.fast.plan import RECV_BUF, RankPlan
+from commbench.kernels.registry import lookup
 
 CORE = [("fast", {}), ("fast+sched", {}), ("balance-only", {}), ("spreadout", {})]
 #: Scheduler and grouping options matter where there are several servers and GPUs each.

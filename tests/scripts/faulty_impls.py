@@ -7,7 +7,7 @@ They exist only for the failure-handling tests and are registered here, not in k
 import sys
 import time
 
-from kernels.registry import register
+from commbench.kernels.registry import register
 
 
 class _Base:
@@ -35,6 +35,6 @@ class HangOnRankOne(_Base):
 
 
 if __name__ == "__main__":
-    from suite.cli import main
+    from commbench.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from suite.errors import NotApplicable
+from commbench.errors import NotApplicable
 
 
 def passes() -> dict:

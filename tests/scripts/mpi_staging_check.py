@@ -4,9 +4,9 @@ reach them through the host staging; results are checked against numpy. Prints O
 
 import numpy as np
 
-from kernels.baselines.mpi import MpiAllreduce, MpiAlltoallv
-from kernels.cases import AllreduceCase, AlltoallvCase
-from suite.topology import Topology
+from commbench.harness.topology import Topology
+from commbench.kernels.baselines.mpi import MpiAllreduce, MpiAlltoallv
+from commbench.kernels.cases import AllreduceCase, AlltoallvCase
 
 
 class DeviceArray:

@@ -12,11 +12,9 @@
 set -uo pipefail
 
 RUN_DIR=/scratch/results/local-cluster/golden
-REPO=/opt/commbench
 PYTHON=/opt/commbench/.venv/bin/python
 export COMMBENCH_SYSTEM=local-cluster
 export COMMBENCH_RUN_ID=golden
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 failures=()
@@ -69,7 +67,7 @@ run_step() {
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
         local where
-        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 2 2>/dev/null)
+        where=$("$PYTHON" -m commbench.jobs.joblog "logs/$name.log" 2 2>/dev/null)
         failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
     # shellcheck disable=SC2034  # read after external baselines' steps (when there are any)
@@ -85,7 +83,7 @@ skip_external() {
 import_external() {
     local name=$1
     shift
-    if ! "$PYTHON" -m suite import "$@"; then
+    if ! "$PYTHON" -m commbench import "$@"; then
         failures+=("$name: commbench import failed (see the job output)")
     fi
 }
@@ -116,8 +114,8 @@ printf '%s\n' 'alltoallv fast: not registered' 'allreduce nccl-tests: does not r
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
-run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 02-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 03-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
-run_step 04-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 01-allreduce-nvrar "$PYTHON" -m commbench run allreduce --impl nvrar --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 02-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 20 -w 5 -c 1 -d bf16 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 03-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
+run_step 04-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local-cluster/golden/results.jsonl
 skip_external 05-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'

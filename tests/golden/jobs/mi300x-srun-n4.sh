@@ -14,11 +14,9 @@
 set -uo pipefail
 
 RUN_DIR=/scratch/results/mi300x/golden
-REPO=/opt/commbench
 PYTHON=python3
 export COMMBENCH_SYSTEM=mi300x
 export COMMBENCH_RUN_ID=golden
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 failures=()
@@ -70,7 +68,7 @@ run_step() {
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
         local where
-        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 8 2>/dev/null)
+        where=$("$PYTHON" -m commbench.jobs.joblog "logs/$name.log" 8 2>/dev/null)
         failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
     # shellcheck disable=SC2034  # read after external baselines' steps (when there are any)
@@ -86,7 +84,7 @@ skip_external() {
 import_external() {
     local name=$1
     shift
-    if ! "$PYTHON" -m suite import "$@"; then
+    if ! "$PYTHON" -m commbench import "$@"; then
         failures+=("$name: commbench import failed (see the job output)")
     fi
 }
@@ -127,7 +125,7 @@ cat skipped.txt
 CALIBRATION_PATTERN='Using network IB'
 (
     export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
-    launch "$PYTHON" -m suite run allreduce --impl rccl --backend rocm -b 1M -e 1M -n 5 -w 2 -c 1 --out /scratch/results/mi300x/golden/calibration.jsonl
+    launch "$PYTHON" -m commbench run allreduce --impl rccl --backend rocm -b 1M -e 1M -n 5 -w 2 -c 1 --out /scratch/results/mi300x/golden/calibration.jsonl
 ) >logs/calibration.log 2>&1
 rc=$?
 if [ "$rc" -ne 0 ]; then
@@ -140,10 +138,10 @@ if ! grep -Eq -- "$CALIBRATION_PATTERN" logs/calibration.log; then
 fi
 echo "calibration: network OK ($CALIBRATION_PATTERN)"
 
-run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
-run_step 02-allreduce-rccl "$PYTHON" -m suite run allreduce --impl rccl --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
-run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/mi300x/golden/results.jsonl
-run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
-run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 01-allreduce-nvrar "$PYTHON" -m commbench run allreduce --impl nvrar --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 02-allreduce-rccl "$PYTHON" -m commbench run allreduce --impl rccl --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 03-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend rocm -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 04-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
+run_step 05-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend rocm -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/mi300x/golden/results.jsonl
 skip_external 06-allreduce-rccl_tests-all_reduce_perf 'rccl-tests not configured: set COMMBENCH_RCCL_TESTS, --set rccl_tests=DIR or rccl_tests in the site file'
 skip_external 07-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'

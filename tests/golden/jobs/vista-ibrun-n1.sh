@@ -13,11 +13,9 @@
 set -uo pipefail
 
 RUN_DIR=/scratch/results/vista/golden
-REPO=/opt/commbench
 PYTHON=python3
 export COMMBENCH_SYSTEM=vista
 export COMMBENCH_RUN_ID=golden
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 failures=()
@@ -69,7 +67,7 @@ run_step() {
     local rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
         local where
-        where=$("$PYTHON" -m suite.joblog "logs/$name.log" 1 2>/dev/null)
+        where=$("$PYTHON" -m commbench.jobs.joblog "logs/$name.log" 1 2>/dev/null)
         failures+=("$name: exit status $rc${where:+ on $where} (logs/$name.log)")
     fi
     # shellcheck disable=SC2034  # read after external baselines' steps (when there are any)
@@ -85,7 +83,7 @@ skip_external() {
 import_external() {
     local name=$1
     shift
-    if ! "$PYTHON" -m suite import "$@"; then
+    if ! "$PYTHON" -m commbench import "$@"; then
         failures+=("$name: commbench import failed (see the job output)")
     fi
 }
@@ -115,10 +113,10 @@ printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not r
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
-run_step 01-allreduce-nvrar "$PYTHON" -m suite run allreduce --impl nvrar --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
-run_step 02-allreduce-nccl "$PYTHON" -m suite run allreduce --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
-run_step 03-allreduce-mpi "$PYTHON" -m suite run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/vista/golden/results.jsonl
-run_step 04-alltoallv-fanout "$PYTHON" -m suite run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
-run_step 05-alltoallv-mpi "$PYTHON" -m suite run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
+run_step 01-allreduce-nvrar "$PYTHON" -m commbench run allreduce --impl nvrar --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
+run_step 02-allreduce-nccl "$PYTHON" -m commbench run allreduce --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d bf16 --out /scratch/results/vista/golden/results.jsonl
+run_step 03-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/vista/golden/results.jsonl
+run_step 04-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
+run_step 05-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/vista/golden/results.jsonl
 skip_external 06-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
 skip_external 07-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'

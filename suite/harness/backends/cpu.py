@@ -1,0 +1,96 @@
+"""The reference transport: numpy buffers, mpi4py point-to-point and collectives."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from commbench.harness.topology import Topology
+from commbench.kernels.mpitypes import mpi_type_and_op
+
+
+def _bytes(a: np.ndarray) -> list:
+    return [a.view(np.uint8), MPI.BYTE]
+
+
+class _Requests:
+    def __init__(self, requests: list[MPI.Request]) -> None:
+        self._requests = requests
+
+    def wait(self) -> None:
+        MPI.Request.Waitall(self._requests)
+
+
+class CpuTransport:
+    """numpy + MPI: what CI tests byte for byte, and what ``make run`` uses."""
+
+    name = "cpu"
+    xp = np
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+
+    def describe(self) -> dict:
+        return {"device": "cpu", "library": MPI.Get_library_version().splitlines()[0].strip()}
+
+    def empty(self, count: int, dtype) -> np.ndarray:
+        return np.empty(count, dtype=dtype)
+
+    def zeros(self, count: int, dtype) -> np.ndarray:
+        return np.zeros(count, dtype=dtype)
+
+    def to_host(self, a: np.ndarray, dtype=None) -> np.ndarray:
+        return a.view(dtype) if dtype is not None else a
+
+    def from_host(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def start(
+        self,
+        sends: Sequence[tuple[int, np.ndarray]],
+        recvs: Sequence[tuple[int, np.ndarray]],
+        group: str = "world",
+    ) -> _Requests:
+        comm = self.topo.group(group)
+        reqs = [comm.Irecv(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
+        reqs += [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        return _Requests(reqs)
+
+    def exchange(self, sends, recvs, group: str = "world") -> None:
+        self.start(sends, recvs, group).wait()
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        np.copyto(dst, src)
+
+    def allreduce(self, send, recv, op: str = "sum", group: str = "world") -> None:
+        datatype, mpi_op = mpi_type_and_op(send.dtype, op)
+        self.topo.group(group).Allreduce([send, datatype], [recv, datatype], op=mpi_op)
+
+    def reduce_scatter(self, send, recv, op: str = "sum", group: str = "node") -> None:
+        datatype, mpi_op = mpi_type_and_op(send.dtype, op)
+        self.topo.group(group).Reduce_scatter_block([send, datatype], [recv, datatype], op=mpi_op)
+
+    def allgather(self, send, recv, group: str = "node") -> None:
+        self.topo.group(group).Allgather(_bytes(send), _bytes(recv))
+
+    def alltoallv(self, send, sendcounts, sdispls, recv, recvcounts, rdispls) -> None:
+        """MPI_Alltoallv on byte buffers (counts and displacements in bytes)."""
+        self.topo.world.Alltoallv(
+            [send.view(np.uint8), (sendcounts, sdispls), MPI.BYTE],
+            [recv.view(np.uint8), (recvcounts, rdispls), MPI.BYTE],
+        )
+
+    def barrier(self) -> None:
+        self.topo.world.Barrier()
+
+    def synchronize(self) -> None:
+        """Nothing is queued on a CPU."""
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def close(self) -> None:
+        """Nothing to release beyond the topology's communicators."""

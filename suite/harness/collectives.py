@@ -1,0 +1,179 @@
+"""What each collective means to the harness: sizes, buffers, seeded data and the check.
+
+Implementations only say how to run once (``kernels``); everything here is shared, so
+every implementation is measured and checked the same way. Data is seeded per rank and
+per repetition and chosen so the expected result has a closed form: a rank can check its
+output without seeing the other ranks' inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commbench.errors import UsageError
+from commbench.harness.metrics import alltoallv_metric_bytes
+from commbench.kernels.cases import AllreduceCase, AlltoallvCase
+from commbench.kernels.dtypes import dtype_name, tolerance
+
+COLLECTIVES = ("allreduce", "alltoall", "alltoallv")
+#: ``-a`` default: max for all-to-allv (stragglers matter), avg otherwise (nccl-tests).
+DEFAULT_TIME_REDUCTION = {"allreduce": 1, "alltoall": 1, "alltoallv": 3}
+
+
+@dataclass
+class Point:
+    """One measured point: the case plus what the record and the table need."""
+
+    case: AllreduceCase | AlltoallvCase
+    size_bytes: int
+    count: int
+    metric_bytes: int
+    workload: str | None = None
+
+
+# ---------------------------------------------------------------- all-reduce
+
+
+def _allreduce_parts(rank: int, count: int, rep: int) -> tuple[np.ndarray, int]:
+    """Rank ``rank``'s input = a(i) + b(rank): small integers, exact in every dtype."""
+    i = np.arange(count, dtype=np.int64)
+    a = (i * 13 + rep * 5) % 9 - 4
+    b = (rank * 7 + rep) % 5 - 2
+    return a, b
+
+
+def allreduce_input(rank: int, count: int, rep: int, dtype, op: str) -> np.ndarray:
+    a, b = _allreduce_parts(rank, count, rep)
+    if op == "prod":  # +-1 keeps products exact and in range
+        values = np.where((a + b) % 2 == 0, 1, -1)
+    else:
+        values = a + b
+    return values.astype(dtype)
+
+
+def allreduce_expected(nranks: int, count: int, rep: int, op: str) -> np.ndarray:
+    """The exact result in float64 (closed form over ranks)."""
+    a, _ = _allreduce_parts(0, count, rep)
+    bs = np.array([(r * 7 + rep) % 5 - 2 for r in range(nranks)])
+    if op == "sum":
+        return (nranks * a + bs.sum()).astype(np.float64)
+    if op == "max":
+        return (a + bs.max()).astype(np.float64)
+    if op == "min":
+        return (a + bs.min()).astype(np.float64)
+    if op == "prod":
+        signs = np.where((a[:, None] + bs[None, :]) % 2 == 0, 1, -1)
+        return signs.prod(axis=1).astype(np.float64)
+    raise UsageError(f"unknown reduction {op!r}: choose sum, prod, max or min")
+
+
+def allreduce_wrong(got: np.ndarray, nranks: int, rep: int, op: str) -> int:
+    """Elements outside the dtype's tolerance (exact for integers)."""
+    expected = allreduce_expected(nranks, got.size, rep, op)
+    scale = 6.0 * nranks if op == "sum" else 6.0
+    err = np.abs(got.astype(np.float64) - expected)
+    return int(np.count_nonzero(~(err <= tolerance(got.dtype, nranks) * scale)))
+
+
+def allreduce_point(transport, size: int, dtype, op: str) -> Point:
+    dtype = np.dtype(dtype)
+    if size % dtype.itemsize:
+        raise UsageError(
+            f"size {size} is not a multiple of the {dtype.itemsize}-byte {dtype_name(dtype)}: "
+            "pick -b/-e/-f so every size is"
+        )
+    count = size // dtype.itemsize
+    case = AllreduceCase(
+        send=transport.zeros(count, dtype),
+        recv=transport.zeros(count, dtype),
+        count=count,
+        dtype=dtype,
+        op=op,
+    )
+    return Point(case, size, count, size)
+
+
+# ---------------------------------------------------------------- all-to-all(v)
+
+
+def _pattern(length: int) -> np.ndarray:
+    return (np.arange(length, dtype=np.int64) * 7 % 251).astype(np.uint8)
+
+
+def _block(pattern: np.ndarray, src: int, dst: int, rep: int, n: int) -> np.ndarray:
+    """Bytes ``src`` sends to ``dst``: a position pattern shifted per (src, dst, rep)."""
+    shift = (src * 37 + dst * 11 + rep * 3) % 251
+    return ((pattern[:n].astype(np.uint16) + shift) % 251).astype(np.uint8)
+
+
+def alltoallv_send_data(traffic: np.ndarray, rank: int, rep: int) -> np.ndarray:
+    row = traffic[rank]
+    pattern = _pattern(int(row.max(initial=0)))
+    parts = [_block(pattern, rank, dst, rep, int(n)) for dst, n in enumerate(row)]
+    return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def alltoallv_expected(traffic: np.ndarray, rank: int, rep: int) -> np.ndarray:
+    col = traffic[:, rank]
+    pattern = _pattern(int(col.max(initial=0)))
+    parts = [_block(pattern, src, rank, rep, int(n)) for src, n in enumerate(col)]
+    return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def alltoallv_point(
+    transport, traffic: np.ndarray, size: int, unit: int, workload: str | None
+) -> Point:
+    rank = transport.topo.rank
+    send_bytes = int(traffic[rank].sum())
+    recv_bytes = int(traffic[:, rank].sum())
+    case = AlltoallvCase(
+        traffic=traffic,
+        send=transport.zeros(send_bytes, np.uint8),
+        recv=transport.zeros(recv_bytes, np.uint8),
+        rank=rank,
+        unit=unit,
+    )
+    count = int(traffic[rank].max(initial=0)) // unit
+    return Point(case, size, count, alltoallv_metric_bytes(traffic), workload)
+
+
+def uniform_traffic(nranks: int, size: int, unit: int) -> np.ndarray:
+    """All-to-all: ``size`` bytes per rank split equally (floored to the unit) over ranks."""
+    per_peer = size // nranks // unit * unit
+    return np.full((nranks, nranks), per_peer, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- fill and check
+
+
+def fill(transport, point: Point, rep: int) -> None:
+    """Seed the send buffer for repetition ``rep`` and poison the receive buffer."""
+    case = point.case
+    rank = transport.topo.rank
+    if isinstance(case, AllreduceCase):
+        host = allreduce_input(rank, case.count, rep, case.dtype, case.op)
+        poison = np.full(case.count, _poison(case.dtype), dtype=case.dtype)
+    else:
+        host = alltoallv_send_data(case.traffic, rank, rep)
+        poison = np.full(case.recv.size, 0xFF, dtype=np.uint8)
+    transport.copy(case.send, transport.from_host(host))
+    transport.copy(case.recv, transport.from_host(poison))
+
+
+def _poison(dtype: np.dtype):
+    """A value no correct result holds: NaN for floats, the minimum for integers."""
+    return np.nan if dtype.kind == "f" or dtype_name(dtype) == "bfloat16" else np.iinfo(dtype).min
+
+
+def count_wrong(transport, point: Point, rep: int) -> int:
+    """This rank's wrong elements (all-reduce) or bytes (all-to-allv)."""
+    case = point.case
+    transport.synchronize()
+    if isinstance(case, AllreduceCase):
+        got = transport.to_host(case.recv, case.dtype)
+        return allreduce_wrong(got, transport.topo.size, rep, case.op)
+    got = transport.to_host(case.recv)
+    expected = alltoallv_expected(case.traffic, transport.topo.rank, rep)
+    return int(np.count_nonzero(got != expected))

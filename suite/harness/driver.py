@@ -1,0 +1,644 @@
+"""``commbench run``: the per-rank driver, started under ``mpiexec`` / ``srun`` / ``ibrun``.
+
+nccl-tests' shape: one harness (sizes, timing, bandwidth, checking, printing, records) and
+each implementation a plug-in from :mod:`commbench.kernels.registry`. Flags mean what they mean in
+nccl-tests (``-b/-e/-f``, ``-n/-w``, ``-c``, algbw/busbw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commbench import __version__
+from commbench.analysis import records
+from commbench.cluster.netns import current_fabric
+from commbench.errors import UsageError
+from commbench.harness import collectives, metrics, results
+from commbench.harness.backends import BACKENDS, check_backend_available, create_transport
+from commbench.harness.backends.dtypes import parse_dtype
+from commbench.harness.watchdog import Watchdog
+from commbench.harness.workloads import DEFAULT_SEED
+from commbench.kernels.dtypes import dtype_name
+from commbench.kernels.registry import implementations, lookup
+from commbench.units import parse_size, size_sweep
+
+OPS = ("sum", "prod", "max", "min")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="measure one collective implementation over a size sweep (under mpiexec)",
+        description="Per-rank benchmark driver; flags follow nccl-tests. Start it with "
+        "mpiexec/srun, e.g. `mpiexec -n 8 commbench run alltoallv --impl fanout "
+        "--gpus-per-node 4 -b 1K -e 1M --workload random`.",
+    )
+    p.add_argument("collective", help="allreduce, alltoall or alltoallv")
+    p.add_argument("--impl", help="implementation (see --list)")
+    p.add_argument("--list", action="store_true", help="list implementations and exit")
+    p.add_argument("--backend", default="cpu", help="cpu (default), cuda or rocm")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        metavar="G",
+        help="force G ranks per node (emulated nodes); default: from MPI",
+    )
+    p.add_argument("-b", "--minbytes", default="32M", help="smallest size (K/M/G suffixes)")
+    p.add_argument("-e", "--maxbytes", default="32M", help="largest size")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplication factor")
+    p.add_argument("-i", "--stepbytes", default="0", help="size increment (instead of -f)")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
+    p.add_argument("-c", "--check", type=int, default=1, help="check correctness (0/1)")
+    p.add_argument("-d", "--datatype", default="float", help="element type (bf16, fp16, ...)")
+    p.add_argument("-o", "--op", default="sum", help="reduction: sum, prod, max, min")
+    p.add_argument(
+        "-a",
+        "--average",
+        type=int,
+        default=None,
+        help="time across ranks for the table: 0 rank0, 1 avg, 2 min, 3 max",
+    )
+    p.add_argument(
+        "-G", "--cudagraph", type=int, default=0, help="calls per captured graph (GPU backends)"
+    )
+    p.add_argument("--timing", default="pipelined", choices=("pipelined", "latency"))
+    p.add_argument(
+        "--workload", default=None, help="all-to-allv traffic spec, a list sweeps it (zipf:0.1,0.8)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="workload seed (a spec's @SEED wins)"
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="algorithm option passed to the implementation (repeatable)",
+    )
+    p.add_argument("--out", default=None, help="append JSONL records here")
+    p.add_argument("--resume", action="store_true", help="skip points already in --out")
+    p.add_argument(
+        "--system",
+        default=os.environ.get("COMMBENCH_SYSTEM", "local"),
+        help="system name stored in the records",
+    )
+    p.add_argument(
+        "--watchdog",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="abort the job when a rank makes no progress (no call returns, no phase "
+        "ends) for this long, naming who stopped (0: off)",
+    )
+    p.set_defaults(func=run)  # fmt: skip
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass
+class Config:
+    collective: str
+    impl: str
+    backend: str
+    gpus_per_node: int | None
+    sizes: list[int]
+    iters: int
+    warmup: int
+    check: bool
+    dtype: np.dtype
+    op: str
+    time_reduction: str
+    average_flag: int
+    graph_iters: int
+    timing: str
+    workloads: list[str | None]
+    seed: int
+    params: dict = field(default_factory=dict)
+    out: str | None = None
+    resume: bool = False
+    system: str = "local"
+    watchdog_s: float = 300.0
+
+
+def parse_params(items: list[str]) -> dict:
+    params: dict = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--param {item!r}: write KEY=VALUE, e.g. --param strategy=bottleneck")
+        params[key.strip()] = _scalar(value.strip())
+    return params
+
+
+def _scalar(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    """Validate everything that needs no MPI; every rank reaches the same verdict."""
+    coll = args.collective
+    if coll not in collectives.COLLECTIVES:
+        raise UsageError(
+            f"unknown collective {coll!r}: choose one of {', '.join(collectives.COLLECTIVES)}"
+        )
+    if args.backend not in BACKENDS:
+        raise UsageError(f"unknown backend {args.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if not args.impl:
+        raise UsageError(f"give --impl NAME (see `commbench run {coll} --list`)")
+    try:
+        spec = lookup(coll, args.impl)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    params = parse_params(args.param)
+    spec.check_params(params)
+    dtype = parse_dtype(args.datatype)
+    if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
+        raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
+    problem = spec.support_problem(
+        args.backend, dtype_name(dtype) if coll == "allreduce" else None, args.cudagraph > 0
+    )
+    if problem:
+        raise UsageError(problem)
+    if args.op not in OPS:
+        raise UsageError(f"unknown reduction -o {args.op!r}: choose one of {', '.join(OPS)}")
+    step = parse_size(args.stepbytes)
+    sizes = size_sweep(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, step)
+    if coll == "allreduce":
+        bad = [s for s in sizes if s % dtype.itemsize]
+        if bad:
+            raise UsageError(
+                f"size {bad[0]} is not a multiple of the {dtype.itemsize}-byte "
+                f"{dtype_name(dtype)}: choose -b/-e/-i so every size is"
+            )
+    if args.iters < 1 or args.warmup_iters < 0:
+        raise UsageError("-n must be at least 1 and -w at least 0")
+    if args.check not in (0, 1):
+        raise UsageError(f"-c takes 0 or 1 (got {args.check})")
+    average = args.average if args.average is not None else collectives.DEFAULT_TIME_REDUCTION[coll]
+    if average not in metrics.TIME_REDUCTIONS:
+        raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
+    if not math.isfinite(args.watchdog) or args.watchdog < 0:
+        raise UsageError(
+            f"--watchdog {args.watchdog}: give a finite number of seconds >= 0 (0 turns it off)"
+        )
+    if coll == "alltoallv":
+        from commbench.harness.workloads import check_local_inputs, expand_workloads
+
+        workloads: list[str | None] = list(expand_workloads(args.workload or "uniform"))
+        for workload in workloads:
+            check_local_inputs(workload, dtype.itemsize)
+    elif args.workload:
+        raise UsageError(f"--workload applies to alltoallv, not {coll}")
+    else:
+        workloads = [None]
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out FILE (the records to resume from)")
+    if args.out:
+        writer = results.RecordWriter(args.out)
+        results.check_output_path(writer.path, "--out")
+        results.check_output_path(writer.raw_path, "--out (its raw side file)")
+        if args.resume and writer.path.is_file():
+            records.read_done(writer.path)  # a damaged file is refused here, before MPI
+    return Config(
+        collective=coll,
+        impl=args.impl,
+        backend=args.backend,
+        gpus_per_node=args.gpus_per_node,
+        sizes=sizes,
+        iters=args.iters,
+        warmup=args.warmup_iters,
+        check=bool(args.check),
+        dtype=dtype,
+        op=args.op,
+        time_reduction=metrics.TIME_REDUCTIONS[average],
+        average_flag=average,
+        graph_iters=args.cudagraph,
+        timing=args.timing,
+        workloads=workloads,
+        seed=args.seed,
+        params=params,
+        out=args.out,
+        resume=args.resume,
+        system=args.system,
+        watchdog_s=args.watchdog,
+    )
+
+
+def list_implementations(collective: str | None) -> int:
+    for spec in implementations(collective if collective in collectives.COLLECTIVES else None):
+        notes = "" if spec.capturable else " [no -G]"
+        if spec.gpu_dtypes is not None:
+            notes += f" [on GPUs: {','.join(spec.gpu_dtypes)}]"
+        print(
+            f"{spec.collective:10s} {spec.name:18s} {','.join(spec.backends):15s} "
+            f"{spec.summary}{notes}"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return list_implementations(args.collective)
+    cfg = make_config(args)
+    if cfg.backend != "cpu":  # before the device is opened: CUDA reads it at context creation
+        os.environ.update(lookup(cfg.collective, cfg.impl).env)
+    check_backend_available(cfg.backend)
+    watchdog = Watchdog(cfg.watchdog_s)
+    watchdog.start("starting MPI")
+    from mpi4py import MPI
+
+    from commbench.harness.topology import check_gpus_per_node
+
+    if cfg.gpus_per_node is not None:
+        try:
+            check_gpus_per_node(MPI.COMM_WORLD.size, cfg.gpus_per_node)
+        except UsageError:
+            watchdog.stop(guard_exit=False)
+            raise
+    rank = MPI.COMM_WORLD.rank
+    # the launcher's SIGTERM (Ctrl-C on mpiexec, scancel) is handled between two Python
+    # steps, so a record being written is finished first and never left torn
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        watchdog.phase("sharing heartbeats (MPI start-up)")
+        watchdog.attach(MPI.COMM_WORLD, MPI.COMM_WORLD.Abort)
+        status = Sweep(cfg, watchdog).run()
+        watchdog.stop()
+        return status
+    except BaseException as exc:  # one rank's failure ends the whole job, with its message
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        sys.stdout.flush()
+        host = socket.gethostname()
+        if isinstance(exc, KeyboardInterrupt):
+            why = "interrupted; the records written so far are whole: rerun with --resume"
+        else:
+            why = f"error: {type(exc).__name__}: {exc}"
+        sys.stderr.write(f"commbench run: rank {rank} on {host}: {why}\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
+        return 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class Sweep:
+    """One invocation: topology, transport, implementation, then every point."""
+
+    def __init__(self, cfg: Config, watchdog: Watchdog | None = None) -> None:
+        from commbench.harness.topology import Topology
+
+        self.cfg = cfg
+        self.watchdog = watchdog = watchdog or Watchdog(0)
+        watchdog.phase("building the rank topology")
+        self.topo = Topology.create(gpus_per_node=cfg.gpus_per_node)
+        watchdog.set_rank(self.topo.rank)
+        watchdog.phase(f"creating the {cfg.backend} transport")
+        self.transport = create_transport(cfg.backend, self.topo)
+        watchdog.phase(f"creating --impl {cfg.impl}")
+        self.impl = lookup(cfg.collective, cfg.impl).factory(self.transport, dict(cfg.params))
+        self.rank = self.topo.rank
+        self.is_root = self.rank == 0
+        self.writer = results.RecordWriter(cfg.out if self.is_root else None)
+        watchdog.phase("sharing the run id and device list")
+        self.run_id = self.topo.world.bcast(results.new_run_id() if self.is_root else None)
+        info = self.transport.describe()
+        self.devices = self.topo.world.gather(
+            (self.rank, self.topo.node, self.topo.local, os.getpid(), self.topo.hostname, info)
+        )
+        self.static = self._static_fields(info) if self.is_root else {}
+
+    def _static_fields(self, info: dict) -> dict:
+        cfg, topo = self.cfg, self.topo
+        return {
+            "run_id": self.run_id,
+            "git_sha": results.git_sha(),
+            "system": cfg.system,
+            "hostnames": sorted({d[4] for d in self.devices}),
+            "nodes": topo.nodes,
+            "gpus_per_node": topo.gpus_per_node,
+            "nranks": topo.size,
+            "backend": cfg.backend,
+            "collective": cfg.collective,
+            "impl": cfg.impl,
+            "params": cfg.params,
+            "dtype": dtype_name(cfg.dtype),
+            "op": cfg.op if cfg.collective == "allreduce" else None,
+            "timing_mode": cfg.timing,
+            "iters": cfg.iters,
+            "warmup": cfg.warmup,
+            "graph_iters": cfg.graph_iters,
+            "time_reduction": cfg.time_reduction,
+            "modelled": False,
+            "versions": results.versions(info),
+            # with what the driver set for the implementation (ImplSpec.env) on a GPU
+            "env": {**results.captured_env(), **self._impl_env()},
+            "emulated_fabric": current_fabric(),
+        }
+
+    def _impl_env(self) -> dict:
+        if self.cfg.backend == "cpu":
+            return {}
+        return {k: os.environ.get(k, "") for k in lookup(self.cfg.collective, self.cfg.impl).env}
+
+    # ------------------------------------------------------------ points
+
+    def _points(self):
+        cfg = self.cfg
+        unit = cfg.dtype.itemsize
+        for workload in cfg.workloads:
+            for size in cfg.sizes:
+                yield workload, size, unit
+
+    def _build(self, workload: str | None, size: int, unit: int) -> collectives.Point:
+        cfg, t = self.cfg, self.transport
+        if cfg.collective == "allreduce":
+            return collectives.allreduce_point(t, size, cfg.dtype, cfg.op)
+        if cfg.collective == "alltoall":
+            traffic = collectives.uniform_traffic(self.topo.size, size, unit)
+        else:
+            from commbench.harness.workloads import generate
+
+            traffic = generate(workload, self.topo.size, size, seed=cfg.seed, unit=unit)
+        return collectives.alltoallv_point(t, traffic, size, unit, workload)
+
+    def _key_fields(self, workload: str | None, size: int) -> dict:
+        rec = dict(self.static)
+        rec.update(size_bytes=size, workload=workload, seed=self._seed(workload))
+        return rec
+
+    def _seed(self, workload: str | None) -> int | None:
+        if workload is None:
+            return None
+        from commbench.harness.workloads import parse_workload
+
+        w = parse_workload(workload)
+        return w.seed if w.seed is not None else self.cfg.seed
+
+    def run(self) -> int:
+        cfg, wd = self.cfg, self.watchdog
+        points = list(self._points())
+        done: dict[str, dict] = {}  # rank 0: the records --resume finds, by point key
+        if self.is_root:
+            wd.phase(f"repairing and reading {cfg.out}")
+            for message in self.writer.repair():
+                sys.stderr.write(f"commbench run: {message}\n")
+            if cfg.resume:
+                done = records.read_done(cfg.out)
+        wd.phase("timing the harness overhead")
+        overhead_us = self._harness_overhead_us()
+        if self.is_root:
+            self._print_header(overhead_us)
+        total_wrong = 0
+        bus = []
+        for index, (workload, size, unit) in enumerate(points):
+            what = (
+                f"point {index + 1}/{len(points)}, {cfg.collective} --impl {cfg.impl} at size {size}"
+                + (f" workload {workload}" if workload else "")
+            )
+            wd.phase(f"{what}: agreeing whether to skip it (--resume)")
+            key = records.point_key(self._key_fields(workload, size)) if self.is_root else None
+            if self.topo.world.bcast(key in done):
+                if self.is_root:  # the table stays whole across interruptions and resumes
+                    self._print_row(done[key], note="  (--resume: recorded before)")
+                continue
+            self._progress(index, len(points), what)
+            measured = self._measure(index, workload, size, unit, what)
+            wd.phase(f"{what}: gathering every rank's times")
+            gathered = self.topo.world.gather(measured)
+            if self.is_root:
+                rec, raw = self._record(index, workload, size, gathered, overhead_us)
+                self._print_row(rec)
+                wd.phase(f"{what}: writing the record to {cfg.out}")
+                self.writer.write(rec, raw)
+                total_wrong += rec["nwrong"]
+                bus.append(rec["busbw_GBps"])
+        if self.is_root:
+            self._progress_done()
+            self._print_footer(total_wrong, bus)
+        wd.phase("finishing: sharing the wrong-value count")
+        total_wrong = self.topo.world.bcast(total_wrong)
+        wd.phase("finishing: closing the implementation and transport")
+        if hasattr(self.impl, "close"):
+            self.impl.close()
+        self.transport.close()
+        wd.phase("finishing: waiting for every rank")
+        self.topo.world.Barrier()
+        return 1 if total_wrong else 0
+
+    def _measure(
+        self, index: int, workload: str | None, size: int, unit: int, what: str = "measuring"
+    ) -> dict:
+        cfg, t, impl, wd = self.cfg, self.transport, self.impl, self.watchdog
+        wd.phase(f"{what}: building the buffers")
+        point = self._build(workload, size, unit)
+        case = point.case
+        collectives.fill(t, point, rep=index)
+        wd.phase(f"{what}: setup")
+        impl.setup(case)
+        for _ in wd.counting(f"{what}: warm-up calls", cfg.warmup):
+            impl.run(case)
+        t.synchronize()
+        samples = None
+        if cfg.timing == "pipelined":
+            runner = self._graph(case) if cfg.graph_iters else None
+            calls = cfg.iters if runner is None else -(-cfg.iters // cfg.graph_iters)
+            wd.phase(f"{what}: barrier before the timed calls")
+            t.barrier()
+            t0 = t.now()
+            if runner is None:
+                for _ in wd.counting(f"{what}: timed calls", calls):
+                    impl.run(case)
+            else:
+                for _ in wd.counting(f"{what}: timed graph launches", calls):
+                    runner()
+            t.synchronize()
+            elapsed = t.now() - t0
+            per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
+        else:
+            samples = np.empty(cfg.iters)
+            for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
+                t.barrier()
+                t0 = t.now()
+                impl.run(case)
+                t.synchronize()
+                samples[i] = (t.now() - t0) * 1e6
+            per_call_us = float(samples.mean())
+        # One call started together after a barrier: when did this rank finish?
+        wd.phase(f"{what}: the finish-time call")
+        t.barrier()
+        t0 = t.now()
+        impl.run(case)
+        t.synchronize()
+        finish_us = (t.now() - t0) * 1e6
+        nwrong = 0
+        if cfg.check:
+            wd.phase(f"{what}: the checked call")
+            collectives.fill(t, point, rep=index)
+            t.barrier()
+            impl.run(case)
+            nwrong = collectives.count_wrong(t, point, rep=index)
+        info = impl.info() if hasattr(impl, "info") else {}
+        return {
+            "time_us": per_call_us,
+            "samples": samples,
+            "finish_us": finish_us,
+            "nwrong": nwrong,
+            "count": point.count,
+            "metric_bytes": point.metric_bytes,
+            "info": info,
+        }
+
+    def _graph(self, case):
+        """Capture ``graph_iters`` calls in one CUDA/HIP graph; return its launcher."""
+        stream = self.transport.stream
+        stream.begin_capture()
+        try:
+            for _ in range(self.cfg.graph_iters):
+                self.impl.run(case)
+        finally:
+            graph = stream.end_capture()
+        return lambda: graph.launch(stream)
+
+    def _harness_overhead_us(self, calls: int = 2000) -> float:
+        """Per-call cost of the timed loop itself: an empty call through the same path."""
+
+        class Empty:
+            def run(self, case) -> None:
+                pass
+
+        empty, t = Empty(), self.transport
+        t0 = t.now()
+        for _ in range(calls):
+            empty.run(None)
+        t.synchronize()
+        return (t.now() - t0) / calls * 1e6
+
+    def _record(self, index, workload, size, gathered, overhead_us) -> tuple[dict, dict]:
+        cfg = self.cfg
+        times = np.array([g["time_us"] for g in gathered])
+        samples = np.array([g["samples"] for g in gathered]) if cfg.timing == "latency" else None
+        rec = self._key_fields(workload, size)
+        rec["timestamp"] = results.timestamp()
+        rec["point"] = index
+        rec["count"] = gathered[0]["count"]
+        rec["metric_bytes"] = gathered[0]["metric_bytes"]
+        rec.update(metrics.summarise(times, samples))
+        shown = metrics.reduce_times(times, cfg.time_reduction)
+        factor = metrics.busbw_factor(cfg.collective, self.topo.size)
+        algbw = metrics.algbw_GBps(rec["metric_bytes"], shown)
+        rec.update(
+            time_us=shown,
+            algbw_GBps=algbw,
+            busbw_GBps=algbw * factor,
+            busbw_factor=factor,
+            nwrong=int(sum(g["nwrong"] for g in gathered)),
+            rank_time_us=times.tolist(),
+            rank_finish_us=[g["finish_us"] for g in gathered],
+            harness_overhead_us=overhead_us,
+            info=gathered[0]["info"],
+        )
+        raw = {
+            "run_id": self.run_id,
+            "point": index,
+            "size_bytes": size,
+            "workload": workload,
+            "timing_mode": cfg.timing,
+            "rank_time_us": times.tolist(),
+            "samples_us": samples.tolist() if samples is not None else None,
+        }
+        return rec, raw
+
+    # ------------------------------------------------------------ printing (rank 0)
+
+    def _print_header(self, overhead_us: float) -> None:
+        cfg, topo = self.cfg, self.topo
+        print(
+            f"# commbench {__version__}: {cfg.collective} --impl {cfg.impl}  backend {cfg.backend}"
+        )
+        print(
+            f"#  nranks {topo.size}  nodes {topo.nodes} x gpus_per_node {topo.gpus_per_node}"
+            f"  minBytes {cfg.sizes[0]}  maxBytes {cfg.sizes[-1]}  warmup iters {cfg.warmup}"
+            f"  iters {cfg.iters}  validation {int(cfg.check)}  graph {cfg.graph_iters}"
+        )
+        print(
+            f"#  timing {cfg.timing}  time shown: {cfg.time_reduction} over ranks "
+            f"(-a {cfg.average_flag})  params {cfg.params or '{}'}"
+        )
+        print(f"#  harness overhead (empty timed loop): {overhead_us:.3f} us per call")
+        print("#")
+        print("# Using devices")
+        for rank, node, local, pid, host, info in self.devices:
+            print(
+                f"#  Rank {rank:3d} Group {node:3d} Local {local:2d} Pid {pid:7d} "
+                f"on {host:>12s} device {info.get('device', '?')}"
+            )
+        print("#")
+        metric = (
+            "algbw = busiest rank's max(send, recv) bytes / time"
+            if cfg.collective == "alltoallv"
+            else "algbw = size / time"
+        )
+        print(f"#  {metric}; busbw = algbw x {metrics.busbw_factor(cfg.collective, topo.size):.4f}")
+        wl = f" {'workload':>14s}" if cfg.collective == "alltoallv" else ""
+        print(
+            f"# {'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}{wl} "
+            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}"
+        )
+        print(
+            f"# {'(B)':>12s} {'(elements)':>12s} {'':>9s} {'':>6s}{' ' * len(wl)} "
+            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}"
+        )
+        sys.stdout.flush()
+
+    def _print_row(self, rec: dict, note: str = "") -> None:
+        wl = f" {str(rec['workload'])[:14]:>14s}" if self.cfg.collective == "alltoallv" else ""
+        op = rec["op"] or "none"
+        print(
+            f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
+            f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
+            f"{rec['nwrong']:7d}{note}"
+        )
+        sys.stdout.flush()
+
+    def _print_footer(self, total_wrong: int, bus: list[float]) -> None:
+        print(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+        avg = float(np.mean(bus)) if bus else 0.0
+        print(f"# Avg bus bandwidth    : {avg:.4f}")
+        if self.cfg.out:
+            print(f"# Records appended to {self.cfg.out}")
+        print("#")
+        sys.stdout.flush()
+
+    def _progress(self, index: int, total: int, what: str) -> None:
+        if self.is_root and sys.stderr.isatty():
+            sys.stderr.write(f"\r\033[K[{index + 1}/{total}] {what}")
+            sys.stderr.flush()
+
+    def _progress_done(self) -> None:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()

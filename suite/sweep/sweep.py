@@ -1,0 +1,212 @@
+"""``commbench sweep``: the local sweep behind ``make run``.
+
+Runs every implementation registered for the backend, for all-reduce and all-to-allv,
+each under its own ``mpiexec`` (one per implementation and workload, like nccl-tests'
+binaries), appending to one results file under ``--out-dir``. A failing implementation is
+reported and the sweep goes on; the exit status says whether all passed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.kernels.registry import implementations
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    collective: str
+    flags: tuple[str, ...]
+    workloads: tuple[str | None, ...] = (None,)
+
+
+#: The Zipf exponents of figure 2's skew panels (measured by `make run` and modelled).
+SKEWS = (0.0, 0.4, 0.8, 0.99)
+ZIPF_SWEEP = "zipf:" + ",".join(str(s) for s in SKEWS)
+
+#: What `make run` measures: the NVRAR paper's all-reduce range in bf16, all-to-allv on
+#: balanced traffic over sizes and at every skew of SKEWS at two sizes (figure 2's skew
+#: panels get a curve per implementation). One launch per implementation and workload
+#: list: about 3 minutes on 2 idle cores.
+LOCAL_SWEEP = (
+    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
+    SweepItem("alltoallv", ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"), ("uniform",)),
+    SweepItem("alltoallv", ("-b", "256K", "-e", "1M", "-f", "4", "-n", "5", "-w", "2"), (ZIPF_SWEEP,)),
+)  # fmt: skip
+
+
+#: What `make cluster-run` measures on the emulated cluster (``--cluster``): 1 MiB per
+#: rank all-to-allv on balanced, skewed and MoE-like traffic, the NVRAR paper's range.
+CLUSTER_SIZE = "1M"
+CLUSTER_WORKLOADS = ("uniform", ZIPF_SWEEP, "moe:16,2")
+CLUSTER_SWEEP = (
+    SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-f", "4", "-n", "3",
+                            "-w", "1")),
+    SweepItem("alltoallv", ("-b", CLUSTER_SIZE, "-e", CLUSTER_SIZE, "-n", "3", "-w", "1"),
+              CLUSTER_WORKLOADS),
+)  # fmt: skip
+
+
+#: After the measurements: one modelled table per tier of the papers (seconds each).
+MODELLED = (
+    ("model-h200.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
+                          "--workload", "zipf:0.8", "--size", "16M,256M",
+                          "--impls", "fast,fanout,spreadout,balance-only"]),
+    ("model-h200-skew.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
+                               "--workload", "zipf:0.0,0.4,0.99", "--size", "16M",
+                               "--impls", "fast,fanout,spreadout,balance-only"]),
+    ("model-perlmutter.jsonl", ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
+                                "-b", "64K", "-e", "2M",
+                                "--impls", "nvrar,ring,recursive-doubling,nccl"]),
+)  # fmt: skip
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run every registered implementation locally (what `make run` does)",
+        description="Launch `commbench run` under mpiexec for each implementation of "
+        "allreduce and alltoallv on the chosen backend, writing one JSONL file.",
+    )
+    p.add_argument("--np", type=int, default=8, help="MPI ranks (default 8)")
+    p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--out-dir", default="results/local", help="a new run folder goes here")
+    p.add_argument(
+        "--mpiexec",
+        default=os.environ.get("MPIEXEC") or _default_mpiexec(),
+        help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
+    p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="PREFIX",
+        help="run on the emulated cluster PREFIX (`commbench cluster up`): its nodes and "
+        "NICs, not --np/--gpus-per-node",
+    )
+    p.add_argument(
+        "--no-report", action="store_true", help="skip the modelled tables, figures and report"
+    )
+    p.set_defaults(func=run_sweep)
+
+
+def _default_mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def launches(
+    backend: str, gpus_per_node: int | None, out: Path, items=LOCAL_SWEEP
+) -> list[list[str]]:
+    """The ``commbench run`` command lines of the sweep (without the launcher)."""
+    cmds = []
+    for item in items:
+        for spec in implementations(item.collective):
+            if backend not in spec.backends:
+                continue
+            for workload in item.workloads:
+                cmd = [
+                    sys.executable, "-m", "commbench", "run", item.collective,
+                    "--impl", spec.name, "--backend", backend, *item.flags,
+                    "--out", str(out),
+                ]  # fmt: skip
+                if gpus_per_node is not None:
+                    cmd[9:9] = ["--gpus-per-node", str(gpus_per_node)]
+                if workload:
+                    cmd += ["--workload", workload]
+                cmds.append(cmd)
+    return cmds
+
+
+def run_sweep(args) -> int:
+    if args.np < 1 or args.np % args.gpus_per_node:
+        raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        raise UsageError(f"--timeout {args.timeout}: give a finite number of seconds > 0")
+    if args.cluster:
+        from commbench.cluster.cli import cluster_launcher
+
+        launcher, gpus_per_node, items = cluster_launcher(args.cluster), None, CLUSTER_SWEEP
+    else:
+        mpiexec = shlex.split(args.mpiexec)
+        oversubscribe = ["--oversubscribe"] if _is_open_mpi(mpiexec[0]) else []
+        launcher = [*mpiexec, *oversubscribe, "-n", str(args.np)]
+        gpus_per_node, items = args.gpus_per_node, LOCAL_SWEEP
+    stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    folder = Path(args.out_dir) / stamp
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "results.jsonl"
+    env = dict(os.environ, COMMBENCH_RUN_ID=stamp, PYTHONUNBUFFERED="1")
+    failed = []
+    started = time.perf_counter()
+    for cmd in launches(args.backend, gpus_per_node, out, items):
+        full = [*launcher, *cmd]
+        label = " ".join(cmd[3 : cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
+        print(f"\n=== {label}", flush=True)
+        try:
+            rc = subprocess.run(full, env=env, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            failed.append(f"{label} (exit {rc})")
+    print(f"\n# sweep: {time.perf_counter() - started:.0f} s; results in {out}")
+    if not args.no_report:
+        modelled = MODELLED
+        if args.cluster:
+            from commbench.cluster.cli import cluster_model_argv
+
+            modelled = tuple(
+                (f"model-emulated-{i}.jsonl", cluster_model_argv(args.cluster, w, CLUSTER_SIZE))
+                for i, w in enumerate(CLUSTER_WORKLOADS)
+            )
+        failed += finish(folder, env, args.timeout, modelled)
+    if failed:
+        print("# FAILED: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def finish(folder: Path, env: dict, timeout: float, modelled=MODELLED) -> list[str]:
+    """Modelled tables, then the figures and the report from this run's folder."""
+    steps = [
+        (f"simulate {name}", [sys.executable, "-m", "commbench", "simulate", *argv,
+                              "--out", str(folder / name)])
+        for name, argv in modelled
+    ]  # fmt: skip
+    steps += [
+        ("figures", [sys.executable, "-m", "commbench", "figures", str(folder),
+                     "-o", str(folder / "figures")]),
+        ("report", [sys.executable, "-m", "commbench", "report", str(folder),
+                    "-o", str(folder / "report.html")]),
+    ]  # fmt: skip
+    failed = []
+    for label, cmd in steps:
+        print(f"\n=== {label}", flush=True)
+        try:
+            rc = subprocess.run(cmd, env=env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            failed.append(f"{label} (exit {rc})")
+    print(f"\n# figures: {folder / 'figures'}\n# report:  {folder / 'report.html'}")
+    return failed
+
+
+def _is_open_mpi(launcher: str) -> bool:
+    try:
+        text = subprocess.run(
+            [launcher, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text
