@@ -74,7 +74,7 @@ gpu-check:
 	OFFLINE=$(OFFLINE) GPU_CUDA=$(GPU_CUDA) PYTHON=$(PYTHON) bash tools/gpu-check.sh run $(GPU_OUT)
 
 figures: install
-	$(PY) -m analysis figures results -o results/figures
+	$(BIN)/commbench figures results -o results/figures
 
 report: install
 	$(BIN)/commbench report results -o results/report.html

@@ -3,7 +3,7 @@
 One row per (claim, evidence): the paper's number (``results/reference/*.csv``), ours from
 the loaded records, how ours was obtained (measured on a GPU, measured with the CPU
 backend, e.g. on the emulated cluster, or modelled) and a verdict against the paper's
-band. The cost model's own headline rows (``docs/model-validation.md``, which a test keeps
+band. The cost model's own headline rows (``results/reference/model-validation.md``, which a test keeps
 equal to what the model gives) follow, marked modelled.
 """
 
@@ -204,7 +204,7 @@ def overhead_rows(points: pd.DataFrame) -> list[dict]:
 
 
 def model_validation_rows(path: Path = MODEL_VALIDATION) -> list[dict]:
-    """The "Headlines" table of ``docs/model-validation.md`` (cost model vs the papers)."""
+    """The "Headlines" table of ``results/reference/model-validation.md`` (cost model vs the papers)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:

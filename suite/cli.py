@@ -15,13 +15,11 @@ import sys
 from commbench import __version__
 
 SUBCOMMANDS = [
-    "commbench.harness.driver",
+    "commbench.harness.cli",
     "commbench.jobs.cli",
-    "commbench.sweep.sweep",
-    "commbench.model.simulate",
+    "commbench.sweep.cli",
     "commbench.report.cli",
-    "commbench.jobs.import_cli",
-    "commbench.model.schedule_cli",
+    "commbench.model.cli",
     "commbench.cluster.cli",
 ]
 

@@ -1,27 +1,57 @@
-"""Starting ranks from Python on one machine: which ``mpiexec``, and an environment in
-which Open MPI or MPICH runs there (as root, oversubscribed, no UCX one-sided component),
-Used by the benchmarks and ``make gpu-check``."""
+"""Starting ranks from Python on one machine: which ``mpiexec``, the environment in which
+Open MPI or MPICH runs here, and relaunching a module under it. The one home of these
+facts: the sweep, the benchmarks, the GPU check, the emulated cluster and the tests use it.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-LOCAL_MPI_ENV = {
+#: What Open MPI needs on these machines: run as root (CI), and no UCX one-sided component
+#: (it prints errors on machines without an RDMA device). Harmless for MPICH.
+MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "OMPI_MCA_osc": "^ucx",
+}
+#: More ranks than cores on one machine (``make run``, the benchmarks, the tests).
+OVERSUBSCRIBE_ENV = {
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
 }
+#: Ranks of several emulated nodes sharing this machine's cores: an idle rank yields its
+#: core and no rank is bound to one.
+SHARED_CORES_ENV = {
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    "OMPI_MCA_hwloc_base_binding_policy": "none",
+    "PRTE_MCA_hwloc_default_binding_policy": "none",
+}
+LOCAL_MPI_ENV = {**MPI_ENV, **OVERSUBSCRIBE_ENV}
+CLUSTER_MPI_ENV = {**MPI_ENV, **SHARED_CORES_ENV}
+
+#: Set by the launchers in every rank (checked without initialising MPI).
+_LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID")
 
 
 def find_mpiexec() -> str | None:
     """``$MPIEXEC``, else the one next to this Python (the PyPI MPI wheel), else PATH's."""
     launcher = os.environ.get("MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
     return launcher if Path(launcher).exists() else shutil.which("mpiexec")
+
+
+def is_open_mpi(launcher: str) -> bool:
+    """Whether ``launcher`` is Open MPI's (it takes ``--oversubscribe``)."""
+    try:
+        text = subprocess.run(
+            [launcher, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text
 
 
 def local_env() -> dict[str, str]:
@@ -31,3 +61,19 @@ def local_env() -> dict[str, str]:
     for key, value in LOCAL_MPI_ENV.items():
         env.setdefault(key, value)
     return env
+
+
+def under_launcher() -> bool:
+    """True when started by mpiexec/srun (checked without initialising MPI)."""
+    return any(v in os.environ for v in _LAUNCHED)
+
+
+def relaunch(np_: int, module: str, argv: list[str], timeout: float) -> int:
+    """Run ``python -m module argv...`` on ``np_`` local ranks; returns the exit status
+    (124 when it ran past ``timeout`` seconds)."""
+    cmd = [find_mpiexec() or "mpiexec", "-n", str(np_), sys.executable, "-m", module, *argv]
+    try:
+        return subprocess.run(cmd, env=local_env(), timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        print(f"{module}: no result after {timeout:g} s, stopped", file=sys.stderr)
+        return 124

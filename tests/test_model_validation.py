@@ -1,4 +1,4 @@
-"""docs/model-validation.md is what the model gives now, and every profile constant has
+"""results/reference/model-validation.md is what the model gives now, and every profile constant has
 a source of a known kind."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench.cli import main
 from commbench.jobs.render import FABRIC_OPTIONAL, load_profile
 from commbench.model import validation as model_validation
 
@@ -15,10 +16,10 @@ SOURCE_KINDS = ("spec:", "published:", "measured:", "estimate:")
 
 
 def test_committed_validation_table_matches_the_model():
-    doc = ROOT / "docs" / "model-validation.md"
+    doc = ROOT / "results" / "reference" / "model-validation.md"
     assert doc.read_text() == model_validation.render(), (
-        "docs/model-validation.md is out of date: "
-        "python -m commbench.model.validation --out docs/model-validation.md"
+        "results/reference/model-validation.md is out of date: "
+        "commbench model-validation --out results/reference/model-validation.md"
     )
 
 
@@ -38,5 +39,5 @@ def test_check_flags_a_stale_copy(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(model_validation, "render", lambda: "new\n")
     stale = tmp_path / "v.md"
     stale.write_text("old\n")
-    assert model_validation.main(["--check", str(stale)]) == 1
+    assert main(["model-validation", "--check", str(stale)]) == 1
     assert "out of date" in capsys.readouterr().err

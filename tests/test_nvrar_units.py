@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from commbench import launch
 from commbench.kernels.baselines._allreduce import block_bounds, span
 from commbench.kernels.doubling import (
     EXCHANGE,
@@ -47,6 +48,7 @@ from commbench.kernels.reduce import (
     reduce_into,
 )
 from commbench.kernels.registry import lookup
+from commbench.launch import under_launcher
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int32)]
 
@@ -344,11 +346,11 @@ def test_implementations_are_registered():
 def test_benchmark_module_pure_parts(monkeypatch):
     from commbench.benchmarks import nvrar as bench
 
-    for var in bench._LAUNCHED:
+    for var in launch._LAUNCHED:
         monkeypatch.delenv(var, raising=False)
-    assert not bench.under_launcher()
+    assert not under_launcher()
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
-    assert bench.under_launcher()
+    assert under_launcher()
     args = bench.build_parser().parse_args([])
     assert (args.command, args.np, args.gpus_per_node, args.dtype) == ("table", 8, 4, "bf16")
     assert bench.SIZES[0] == 64 << 10 and bench.SIZES[-1] == 2 << 20

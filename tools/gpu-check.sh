@@ -13,7 +13,7 @@
 # run makes .gpu-venv/ (git-ignored), a venv that sees the machine's own packages (its CuPy,
 # mpi4py, numpy, ...), installs into it from .gpu-wheels/ only (pip --no-index --no-deps)
 # each wheel whose package the machine lacks, then this project without its dependencies,
-# and runs `python -m commbench.gpucheck.checks OUT_DIR`. Without .gpu-wheels/ it first fetches for
+# and runs `python -m commbench.gpucheck OUT_DIR`. Without .gpu-wheels/ it first fetches for
 # this machine (--here), unless OFFLINE=1.
 set -euo pipefail
 
@@ -107,7 +107,7 @@ run() {
   export PATH="$VENV/bin:$PATH"
   # the Open MPI wheel's launcher, not the one `make` names for the CPU venv
   if [ -x "$VENV/bin/mpiexec" ]; then export MPIEXEC="$VENV/bin/mpiexec"; fi
-  exec "$vpy" -m commbench.gpucheck.checks "$out" "$@"
+  exec "$vpy" -m commbench.gpucheck "$out" "$@"
 }
 
 case ${1:-} in

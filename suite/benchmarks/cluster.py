@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.cluster import netns
-from commbench.cluster.cli import measure_shm_GBps, model_argv
+from commbench.cluster.launcher import measure_shm_GBps, model_argv
 from commbench.cluster.plan import ClusterSpec
 from commbench.cluster.profiles import load_emulated_profile
 

@@ -247,14 +247,13 @@ def measured_allgather(np_: int = 8) -> dict[int, float]:
     """{P: µs} from :func:`allgather_worker` on ``np_`` ranks ({} if MPI did not run)."""
     import tempfile
 
-    from commbench.benchmarks.nvrar import relaunch
+    from commbench.launch import relaunch
 
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # 8 ranks on few cores
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "allgather.txt"
-        rc = relaunch(
-            np_, ["--allgather-worker", str(out)], 300, module="commbench.benchmarks.fast_executor"
-        )
+        argv = ["--allgather-worker", str(out)]
+        rc = relaunch(np_, "commbench.benchmarks.fast_executor", argv, 300)
         text = out.read_text() if rc == 0 and out.exists() else ""
     return {int(a): float(c) for a, _, c in (line.split() for line in text.splitlines())}
 

@@ -6,6 +6,7 @@ Run under MPI: ``mpiexec -n 8 python -m commbench.benchmarks.harness`` (``make b
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -31,11 +32,12 @@ def bare_loop_us(comm, size: int, iters: int) -> float:
 
 
 def main() -> int:
-    from commbench.cli import build_parser
-    from commbench.harness.driver import Sweep, make_config
+    from commbench.harness.driver import Sweep, add_arguments, make_config
 
-    args = build_parser().parse_args(
-        ["run", "allreduce", "--impl", "mpi", "-b", "8", "-e", "8", "-n", str(ITERS),
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["allreduce", "--impl", "mpi", "-b", "8", "-e", "8", "-n", str(ITERS),
          "-w", "5", "-c", "0"]
     )  # fmt: skip
     sweep = Sweep(make_config(args))

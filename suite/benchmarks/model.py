@@ -214,7 +214,7 @@ def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -
 
 def calibration() -> None:
     """The model next to the papers' numbers (reference, never our measurement): the
-    NVRAR rows of ``docs/model-validation.md`` (``python -m commbench.model.validation``
+    NVRAR rows of ``results/reference/model-validation.md`` (``commbench model-validation``
     prints all of it)."""
     from commbench.model.validation import nvrar_rows
 

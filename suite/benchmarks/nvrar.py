@@ -23,45 +23,19 @@ The GPU checks of NVRAR's kernels and NVSHMEM path are ``make gpu-check``'s
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from commbench.launch import find_mpiexec, local_env
+from commbench.launch import relaunch, under_launcher
 
 IMPLS = ("nvrar", "mpi", "ring", "recursive-doubling", "rabenseifner")
 SIZES = tuple(64 * 1024 << k for k in range(6))  # 64 KiB .. 2 MiB
 #: NVRAR alone, 16 A100 on 4 Perlmutter nodes, bf16 (Singhania et al. 2026), in µs.
 PAPER_NVRAR_US = {8 << 10: 62, 64 << 10: 72, 128 << 10: 77, 256 << 10: 82, 512 << 10: 105,
                   1 << 20: 158}  # fmt: skip
-_LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID")
-
-
-# ---------------------------------------------------------------- launching
-
-
-def under_launcher() -> bool:
-    """True when started by mpiexec/srun (checked without initialising MPI)."""
-    return any(v in os.environ for v in _LAUNCHED)
-
-
-def relaunch(
-    np_: int, argv: list[str], timeout: float, module: str = "commbench.benchmarks.nvrar"
-) -> int:
-    """Run ``module`` (default: this one) with ``argv`` on ``np_`` ranks; returns the exit
-    status."""
-    launcher = find_mpiexec() or "mpiexec"
-    env = local_env()
-    cmd = [launcher, "-n", str(np_), sys.executable, "-m", module, *argv]
-    try:
-        return subprocess.run(cmd, env=env, timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
-        print(f"{module}: no result after {timeout:g} s, stopped", file=sys.stderr)
-        return 124
 
 
 # ---------------------------------------------------------------- measuring
@@ -253,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.impls = [s for s in args.impls.split(",") if s]
     if not under_launcher():
-        return relaunch(args.np, argv, args.timeout)
+        return relaunch(args.np, "commbench.benchmarks.nvrar", argv, args.timeout)
     return run_table(args) if args.command == "table" else run_tune(args)
 
 

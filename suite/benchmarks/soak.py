@@ -98,11 +98,11 @@ def soak_calls(n: int) -> int:
 def soak_inject(n: int, seed: int = 0) -> int:
     from commbench.analysis.load import read_records
     from commbench.analysis.records import point_key
-    from commbench.sweep.sweep import _default_mpiexec, _is_open_mpi
+    from commbench.launch import find_mpiexec, is_open_mpi, local_env
 
-    launcher = [_default_mpiexec()]
-    launcher += ["--oversubscribe"] if _is_open_mpi(launcher[0]) else []
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    launcher = [find_mpiexec() or "mpiexec"]
+    launcher += ["--oversubscribe"] if is_open_mpi(launcher[0]) else []
+    env = local_env()
 
     rnd = random.Random(seed)
     root = os.geteuid() == 0

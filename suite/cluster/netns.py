@@ -36,6 +36,8 @@ from commbench.errors import UsageError
 
 STATE_ENV = "COMMBENCH_CLUSTER_STATE"
 STATE_ROOT = Path("/run/commbench-cluster")
+#: the cluster's name when none is given (``--prefix``, ``$COMMBENCH_CLUSTER_PREFIX``)
+DEFAULT_PREFIX = "cb"
 STATE_FILE = "cluster.json"
 AGENT = "agent"
 WRAPPER = "rank-wrapper"

@@ -94,9 +94,7 @@ class SlurmPaths:
 
 def cluster_folder(environ: Mapping[str, str] = os.environ) -> Path:
     """The state dir of the cluster ``$COMMBENCH_CLUSTER_PREFIX`` (default ``cb``)."""
-    from commbench.cluster.cli import DEFAULT_PREFIX
-
-    prefix = environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    prefix = environ.get(PREFIX_ENV) or netns.DEFAULT_PREFIX
     return Path(environ.get(netns.STATE_ENV) or netns.STATE_ROOT / prefix)
 
 

@@ -1,6 +1,6 @@
 """``make gpu-check``: every GPU check of the suite, each in its own process with a timeout.
 
-``python -m commbench.gpucheck.checks OUT_DIR`` runs the checks below and writes, after each one,
+``python -m commbench.gpucheck OUT_DIR`` runs the checks below and writes, after each one,
 ``OUT_DIR/summary.json`` and ``OUT_DIR/summary.txt``: every check ``ok``, ``failed`` (with
 the error: an exception, a crash, a timeout, or the time budget spent before it could
 start) or ``not applicable`` (with the reason, e.g. NVSHMEM on a ROCm GPU). A check that
@@ -21,7 +21,6 @@ The ``commbench run`` checks are correctness checks (``#wrong`` must be 0) and r
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from commbench.errors import NotApplicable, UsageError
+from commbench.errors import NotApplicable
 from commbench.launch import find_mpiexec, local_env
 
 if TYPE_CHECKING:
@@ -384,7 +383,7 @@ def run_check(check: Check, timeout_s: float) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
         if check.func:
-            argv = [sys.executable, "-m", "commbench.gpucheck.checks", "--worker", check.func,
+            argv = [sys.executable, "-m", "commbench.gpucheck", "--worker", check.func,
                     "--result", str(result_file), "--ranks", str(check.ranks)]  # fmt: skip
             if check.ranks > 1:
                 launcher = find_mpiexec()
@@ -475,54 +474,3 @@ def run_all(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, [c for c in checks if c.concurrent]))
     return [results[c.name] for c in checks]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m commbench.gpucheck.checks", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("out_dir", nargs="?", default=os.environ.get("OUT") or "results/gpucheck",
-                   help="folder for summary.json / summary.txt / runs/*.jsonl "
-                   "(default $OUT, else results/gpucheck)")  # fmt: skip
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"seconds for all checks together (default {DEFAULT_BUDGET_S:g})")  # fmt: skip
-    p.add_argument("--jobs", type=int, default=4, help="commbench-run checks at a time (4)")
-    p.add_argument("--only", default=None, help="run the checks whose name contains this")
-    p.add_argument("--list", action="store_true", help="list the checks and exit")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--result", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--ranks", type=int, default=1, help=argparse.SUPPRESS)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.worker:
-        return run_worker(args.worker, args.result, args.ranks)
-    try:
-        if args.budget <= MIN_START_S or args.jobs < 1:
-            raise UsageError(f"--budget must be more than {MIN_START_S:g} s and --jobs at least 1")
-        out_dir = Path(args.out_dir)
-        (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    except (UsageError, OSError) as exc:
-        print(f"gpu-check: error: {exc}", file=sys.stderr)
-        return 2
-    backend, why = gpu_backend()
-    checks = all_checks(backend, out_dir)
-    if args.only:
-        checks = [c for c in checks if args.only in c.name]
-    if args.list:
-        for c in checks:
-            print(f"{c.name:40s} {c.timeout_s:5.0f} s  {c.skip or ''}")
-        return 0
-    meta = {"backend": backend or f"none ({why})", "out_dir": str(out_dir),
-            "host": os.uname().nodename}  # fmt: skip
-    results = run_all(checks, out_dir, args.budget, args.jobs, meta)
-    failed = [r.name for r in results if r.status == FAILED]
-    print(f"gpu-check: {len(results) - len(failed)} ok or not applicable, {len(failed)} failed; "
-          f"{out_dir / 'summary.txt'}")  # fmt: skip
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -33,14 +33,8 @@ from commbench.units import parse_size, size_sweep
 OPS = ("sum", "prod", "max", "min")
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "run",
-        help="measure one collective implementation over a size sweep (under mpiexec)",
-        description="Per-rank benchmark driver; flags follow nccl-tests. Start it with "
-        "mpiexec/srun, e.g. `mpiexec -n 8 commbench run alltoallv --impl fanout "
-        "--gpus-per-node 4 -b 1K -e 1M --workload random`.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``commbench run`` (nccl-tests' names where they have one)."""
     p.add_argument("collective", help="allreduce, alltoall or alltoallv")
     p.add_argument("--impl", help="implementation (see --list)")
     p.add_argument("--list", action="store_true", help="list implementations and exit")
@@ -100,7 +94,6 @@ def add_parser(sub) -> None:
         help="abort the job when a rank makes no progress (no call returns, no phase "
         "ends) for this long, naming who stopped (0: off)",
     )
-    p.set_defaults(func=run)  # fmt: skip
 
 
 # ---------------------------------------------------------------- configuration

@@ -1,4 +1,6 @@
-"""``commbench jobs list|show|render|submit|status``: Slurm jobs from system profiles.
+"""``commbench jobs list|show|render|submit|status``: Slurm jobs from system profiles, and
+``commbench import nccl-tests|rccl-tests|osu FILE... --out RESULTS``: the external
+baselines' output as commbench records (every file is parsed before anything is written).
 
 The logic is in :mod:`commbench.jobs.render`; this module parses flags, reads the environment and
 the site file, writes scripts and talks to ``sbatch``, ``squeue`` and ``sacct``.
@@ -14,11 +16,13 @@ import sys
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.harness import results
+from commbench.jobs import external
 from commbench.jobs import render as jobs
 from commbench.units import format_size, parse_size
 
 
-def add_parser(sub) -> None:
+def _add_jobs_parser(sub) -> None:
     p = sub.add_parser(
         "jobs",
         help="render and submit Slurm jobs for a system profile (jobs/systems/)",
@@ -418,3 +422,66 @@ def cmd_status(args: argparse.Namespace) -> int:
             if s.error:
                 print("  error:\n" + "\n".join("    " + line for line in s.error.splitlines()))
     return 0
+
+
+# ---------------------------------------------------------------- import
+
+
+def _add_import_parser(sub) -> None:
+    p = sub.add_parser(
+        "import",
+        help="import nccl-tests / rccl-tests / OSU output as commbench records",
+        description="Parse the text output of nccl-tests, rccl-tests or the OSU "
+        "micro-benchmarks into commbench records (impl nccl-tests:all_reduce, "
+        "osu:osu_allreduce, ...) appended to --out.",
+    )
+    p.add_argument("tool", choices=external.TOOLS)
+    p.add_argument("files", nargs="+", metavar="FILE", help="captured output (stdout)")
+    p.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSONL)")
+    p.add_argument(
+        "--binary",
+        help="which binary wrote the files (default: as the output says, or inferred)",
+    )
+    p.add_argument("--nranks", type=int, help="ranks of the run (OSU does not print it)")
+    p.add_argument("--nodes", type=int)
+    p.add_argument("--gpus-per-node", type=int)
+    p.add_argument("--backend", choices=("cpu", "cuda", "rocm"))
+    p.add_argument("--system", help="default: $COMMBENCH_SYSTEM, else 'unknown'")
+    p.add_argument("--run-id", help="default: $COMMBENCH_RUN_ID")
+    p.set_defaults(func=run_import)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    if args.nranks is not None and args.nranks < 1:
+        raise UsageError(f"--nranks {args.nranks}: give a positive number of ranks")
+    results.check_output_path(args.out, "--out")
+    context = {
+        "system": args.system or os.environ.get("COMMBENCH_SYSTEM") or "unknown",
+        "run_id": args.run_id or os.environ.get("COMMBENCH_RUN_ID"),
+        "timestamp": results.timestamp(),
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus_per_node,
+        "backend": args.backend,
+        "nranks": args.nranks,
+        "binary": args.binary,
+    }
+    records = []
+    for name in args.files:
+        path = Path(name)
+        if not path.is_file():
+            raise UsageError(f"{name}: no such file")
+        text = path.read_text(encoding="utf-8", errors="replace")
+        records += external.parse_output(args.tool, text, str(path), context)
+    writer = results.RecordWriter(args.out)
+    writer.repair()
+    for record in records:
+        writer.write(record)
+    print(
+        f"commbench import: {len(records)} record(s) from {len(args.files)} file(s) -> {args.out}"
+    )
+    return 0
+
+
+def add_parser(sub) -> None:
+    _add_jobs_parser(sub)
+    _add_import_parser(sub)

@@ -1,21 +1,13 @@
-"""``commbench simulate``: the cost model's predictions, as records and a table.
-
-Examples::
-
-    commbench simulate alltoallv --system h200 --servers 2,4,8,16,40 --workload zipf:0.8 \\
-        --size 64M --impls fast,fanout,spreadout,balance-only
-    commbench simulate allreduce --system perlmutter --nodes 2,4,8,16,32 -b 64K -e 2M \\
-        --impls nvrar,ring,recursive-doubling,nccl
+"""The cost model's predictions as result records (what ``commbench simulate`` writes).
 
 Fabric constants come from the system profile's ``[fabric]`` table
 (``jobs/systems/NAME.toml``, loaded by :func:`commbench.jobs.render.load_profile`) and can be
-overridden on the command line. Records have the measured records' schema with
-``backend = "model"``, ``modelled = true`` and the constants used in ``fabric``.
+overridden. Records have the measured records' schema with ``backend = "model"``,
+``modelled = true`` and the constants used in ``fabric``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import platform
@@ -27,12 +19,11 @@ import numpy as np
 from commbench import __version__
 from commbench.errors import UsageError
 from commbench.harness import metrics, results
-from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels.model import Fabric
 from commbench.kernels.model import allreduce as ar_model
 from commbench.kernels.model import alltoallv as a2a_model
 from commbench.kernels.model import tune as tune_model
-from commbench.units import format_size, parse_size, size_sweep
+from commbench.units import format_size
 
 ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
@@ -53,115 +44,6 @@ OVERRIDES = {
 }
 #: optional profile ``[fabric]`` keys read when present (else the Fabric default)
 _OPTIONAL_PROFILE_KEYS = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "simulate",
-        help="predict collective times on a modelled cluster (cost model, no MPI)",
-        description="Evaluate the two-tier cost model for all-to-allv patterns or "
-        "all-reduce algorithms on a system profile's fabric; print a table and "
-        "optionally append JSONL records marked modelled.",
-    )
-    p.add_argument("collective", choices=("alltoallv", "allreduce"))
-    p.add_argument("--system", required=True, help="profile in jobs/systems (h200, ...)")
-    p.add_argument(
-        "--servers",
-        "--nodes",
-        dest="nodes",
-        default=None,
-        help="node (server) counts, comma-separated (default 2,4,8)",
-    )
-    p.add_argument("--gpus-per-node", type=int, default=None, help="override the profile's G")
-    p.add_argument("--size", default=None, help="sizes, comma-separated (K/M/G suffixes)")
-    p.add_argument("-b", "--minbytes", default=None, help="smallest size of a sweep")
-    p.add_argument("-e", "--maxbytes", default=None, help="largest size of a sweep")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep factor")
-    p.add_argument("--impls", default=None, help="implementations, comma-separated")
-    p.add_argument("--workload", default="zipf:0.8", help="all-to-allv traffic (lists sweep)")
-    p.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, help="workload seed (a spec's @SEED wins)"
-    )
-    p.add_argument("-d", "--datatype", default=None, help="element type (bf16 for all-reduce)")
-    p.add_argument(
-        "-a", "--average", type=int, default=None, help="time shown: 0 rank0, 1 avg, 2 min, 3 max"
-    )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="FAST scheduler option (strategy, quantum, max_stages, stage_cost_bytes, ...)",
-    )
-    p.add_argument(
-        "--balance",
-        choices=a2a_model.BALANCE_MODES,
-        default=None,
-        help="FAST scheduler's balancing (default: the scheduler's, pipelined); the model "
-        "runs every row in the step its plan does",
-    )
-    p.add_argument(
-        "--no-tune",
-        dest="tune",
-        action="store_false",
-        help="FAST: use the scheduler's defaults (+ the fabric's stage cost and any --param) "
-        "instead of the fastest of a few candidate option sets by the model",
-    )
-    g = p.add_argument_group("fabric overrides (default: the profile)")
-    g.add_argument("--nic-GBps", dest="nic_GBps", type=float, help="NIC payload GB/s per GPU")
-    g.add_argument(
-        "--nic-us", "--alpha-us", dest="nic_us", type=float, help="scale-out latency per message"
-    )
-    g.add_argument("--scaleup-GBps", dest="scaleup_GBps", type=float, help="scale-up port GB/s")
-    g.add_argument(
-        "--scaleup-peer-GBps", dest="scaleup_peer_GBps", type=float, help="one peer link GB/s"
-    )
-    g.add_argument("--scaleup-us", dest="scaleup_us", type=float, help="scale-up latency")
-    g.add_argument(
-        "--stage-us", dest="stage_us", type=float, help="fixed cost per step/stage (launch, sync)"
-    )
-    g.add_argument("--msg-us", dest="msg_us", type=float, help="posting cost per message")
-    g.add_argument(
-        "--incast",
-        type=float,
-        help="incast loss per extra sender on the bytes beyond the switch buffer: k senders "
-        "into a NIC take (1 + incast (k-1) overflow) times as long",
-    )
-    g.add_argument("--reduce-GBps", dest="reduce_GBps", type=float, help="reduction GB/s")
-    g.add_argument(
-        "--proxy-us", dest="proxy_us", type=float, help="NCCL/RCCL network proxy pass (us)"
-    )
-    g.add_argument("--put-us", dest="put_us", type=float, help="NVSHMEM put via its transport")
-    g.add_argument(
-        "--switch-buffer-MB",
-        dest="switch_buffer_MB",
-        type=float,
-        help="switch buffer per receiving port before incast costs (0: from the first byte)",
-    )
-    g.add_argument(
-        "--flow-control",
-        choices=("lossless", "lossy"),
-        default=None,
-        help="which of the profile's incast cases (incast_lossless / incast_lossy) to use "
-        "(default: the profile's flow_control; --incast overrides the coefficient)",
-    )
-    p.add_argument(
-        "--no-call-costs",
-        dest="call_costs",
-        action="store_false",
-        help="FAST: leave out the per-call fixed costs (matrix all-gather, synthesis)",
-    )
-    p.add_argument("--out", default=None, help="append JSONL records here")
-    p.add_argument(
-        "--keep-tuning",
-        action="store_true",
-        help="FAST: also write the tuner's every candidate (options, time, stages) to the raw "
-        "side file <out>.raw.jsonl (records keep a short tuning summary)",
-    )
-    p.set_defaults(func=run)
-
-
-# ---------------------------------------------------------------- fabric
 
 
 def fabric_from_profile(
@@ -221,50 +103,6 @@ def fabric_from_profile(
 def _fabric_record(fabric: Fabric) -> dict:
     return {k: (None if isinstance(v, float) and math.isinf(v) else v)
             for k, v in dataclasses.asdict(fabric).items()}  # fmt: skip
-
-
-# ---------------------------------------------------------------- arguments
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        vals = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{what} takes integers separated by commas (got {text!r})") from None
-    if not vals or min(vals) < 1:
-        raise UsageError(f"{what} must be integers >= 1 (got {text!r})")
-    return vals
-
-
-def _sizes(args) -> list[int]:
-    if args.size is not None:
-        if args.minbytes or args.maxbytes:
-            raise UsageError("give either --size LIST or -b/-e, not both")
-        sizes = [parse_size(s.strip()) for s in args.size.split(",") if s.strip()]
-        if not sizes:
-            raise UsageError("--size needs at least one size")
-        return sizes
-    default = "64M" if args.collective == "alltoallv" else "64K"
-    lo = parse_size(args.minbytes or args.maxbytes or default)
-    hi = parse_size(args.maxbytes or args.minbytes or default)
-    return size_sweep(lo, hi, args.stepfactor)
-
-
-def _impls(args, known: tuple[str, ...]) -> list[str]:
-    names = [s.strip() for s in (args.impls or ",".join(known)).split(",") if s.strip()]
-    bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise UsageError(
-            f"unknown implementation {bad[0] if bad else ''!r} for {args.collective}: "
-            f"choose from {', '.join(known)}"
-        )
-    return names
-
-
-def _dtype(args) -> np.dtype:
-    from commbench.harness.backends.dtypes import parse_dtype
-
-    return parse_dtype(args.datatype or ("bf16" if args.collective == "allreduce" else "uint8"))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -458,11 +296,11 @@ def allreduce_points(
                 yield Point(nodes, size, None, impl, pred, size, size // itemsize, None, extra)
 
 
-# ---------------------------------------------------------------- records and table
+# ---------------------------------------------------------------- records
 
 
 def make_record(static: dict, point: Point, index: int, fabric: Fabric) -> dict:
-    """One result record, the measured records' schema (see suite/driver.py)."""
+    """One result record, the measured records' schema (see :mod:`commbench.harness.driver`)."""
     pred = point.prediction
     g = fabric.gpus_per_node
     nranks = point.nodes * g
@@ -504,7 +342,7 @@ def make_record(static: dict, point: Point, index: int, fabric: Fabric) -> dict:
     return rec
 
 
-def _static(args, fabric: Fabric, dtype: np.dtype, reduction: str, params: dict) -> dict:
+def static_fields(args, fabric: Fabric, dtype: np.dtype, reduction: str, params: dict) -> dict:
     from commbench.kernels.dtypes import dtype_name
 
     return {
@@ -531,130 +369,3 @@ def _static(args, fabric: Fabric, dtype: np.dtype, reduction: str, params: dict)
         },
         "env": {},
     }
-
-
-def _print_header(args, fabric: Fabric, reduction: str) -> None:
-    f = fabric
-    print(f"# commbench {__version__} simulate {args.collective}: MODELLED on system "
-          f"{args.system!r} (cost model, not a measurement)")  # fmt: skip
-    print(
-        f"#  G {f.gpus_per_node}  NIC {f.nic_GBps:g} GB/s alpha {f.nic_us:g} us  "
-        f"scale-up {f.scaleup_GBps:g} GB/s (peer {f.scaleup_peer_GBps:g}) "
-        f"alpha {f.scaleup_us:g} us  stage {f.stage_us:g} us  msg {f.msg_us:g} us  "
-        f"incast {f.incast:g} (buffer {f.switch_buffer_MB:g} MB)  reduce {f.reduce_GBps:g} GB/s  "
-        f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
-    )
-    if args.collective == "alltoallv":
-        print("#  algbw = busiest rank's max(send, recv) bytes / time; "
-              f"time = {reduction} over ranks; lb = busiest NIC's bytes / bandwidth")  # fmt: skip
-        print(f"# {'nodes':>5s} {'ranks':>5s} {'size':>6s} {'workload':>12s} {'impl':>13s} "
-              f"{'time(us)':>11s} {'algbw':>8s} {'busbw':>8s} {'lb(us)':>10s} {'t/lb':>6s} "
-              f"{'stages':>6s}")  # fmt: skip
-    else:
-        print(f"#  algbw = size / time; time = {reduction} over ranks; "
-              "lb = 2(N-1)/N bytes per node over its NICs")  # fmt: skip
-        print(f"# {'nodes':>5s} {'ranks':>5s} {'size':>6s} {'count':>9s} {'impl':>19s} "
-              f"{'time(us)':>11s} {'algbw':>8s} {'busbw':>8s} {'lb(us)':>10s} {'t/lb':>6s} "
-              f"{'note':>6s}")  # fmt: skip
-
-
-def _print_row(rec: dict, best: bool) -> None:
-    info = rec["info"]
-    tlb = info.get("time_over_lb")
-    tlb_s = f"{tlb:6.3f}" if tlb is not None else f"{'-':>6s}"
-    mark = "*" if best else " "
-    head = f"  {rec['nodes']:5d} {rec['nranks']:5d} {format_size(rec['size_bytes']):>6s}"
-    tail = (f"{rec['time_us']:11.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{info['lower_bound_us']:10.2f} {tlb_s}")  # fmt: skip
-    if rec["collective"] == "alltoallv":
-        stages = info.get("stages", info.get("steps", ""))
-        print(f"{head} {str(rec['workload'])[:12]:>12s} {rec['impl'] + mark:>13s} {tail} "
-              f"{stages!s:>6s}")  # fmt: skip
-    else:
-        print(f"{head} {rec['count']:9d} {rec['impl'] + mark:>19s} {tail} "
-              f"{info.get('algo', ''):>6s}")  # fmt: skip
-
-
-def run(args: argparse.Namespace) -> int:
-    from commbench.harness.collectives import DEFAULT_TIME_REDUCTION
-    from commbench.harness.driver import parse_params
-
-    overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items()}
-    fabric = fabric_from_profile(args.system, args.gpus_per_node, args.flow_control, **overrides)
-    nodes_list = _int_list(args.nodes or "2,4,8", "--servers/--nodes")
-    sizes = _sizes(args)
-    dtype = _dtype(args)
-    average = args.average if args.average is not None else DEFAULT_TIME_REDUCTION[args.collective]
-    if average not in metrics.TIME_REDUCTIONS:
-        raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
-    reduction = metrics.TIME_REDUCTIONS[average]
-    params = parse_params(args.param)
-    if args.balance is not None:
-        if args.collective != "alltoallv":
-            raise UsageError("--balance applies to the FAST scheduler (alltoallv) only")
-        if params.get("balance", args.balance) != args.balance:
-            raise UsageError("--balance and --param balance=... disagree: give one of them")
-        params["balance"] = args.balance
-    if args.collective == "alltoallv":
-        from commbench.harness.workloads import expand_workloads
-
-        impls = _impls(args, ALLTOALLV_IMPLS)
-        workloads = expand_workloads(args.workload)
-        points = alltoallv_points(
-            fabric,
-            nodes_list,
-            sizes,
-            workloads,
-            impls,
-            args.seed,
-            dtype.itemsize,
-            params,
-            args.tune,
-            args.call_costs,
-            progress=args.tune and "fast" in impls and sys.stderr.isatty(),
-        )
-    else:
-        if args.param:
-            raise UsageError("--param applies to the FAST scheduler (alltoallv) only")
-        impls = _impls(args, ALLREDUCE_IMPLS)
-        points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize)
-    static = _static(args, fabric, dtype, reduction, params)
-    if args.keep_tuning and not args.out:
-        raise UsageError("--keep-tuning writes next to --out: give --out FILE too")
-    if args.out:
-        results.check_output_path(args.out, "--out")
-    writer = results.RecordWriter(args.out)
-    if args.keep_tuning:
-        results.check_output_path(writer.raw_path, "--out (its raw side file)")
-    _print_header(args, fabric, reduction)
-    group: list[dict] = []
-    index = 0
-    for point in points:
-        rec = make_record(static, point, index, fabric)
-        raw = None
-        if args.keep_tuning and point.candidates is not None:
-            raw = {"point": index, "size_bytes": point.size, "workload": point.workload,
-                   "impl": point.impl, "tuning_candidates": point.candidates}  # fmt: skip
-        index += 1
-        writer.write(rec, raw)
-        if group and _group_key(group[0]) != _group_key(rec):
-            _flush(group)
-            group = []
-        group.append(rec)
-    _flush(group)
-    if args.out:
-        print(f"# {index} modelled records appended to {args.out}")
-    sys.stdout.flush()
-    return 0
-
-
-def _group_key(rec: dict) -> tuple:
-    return rec["nodes"], rec["size_bytes"], rec["workload"]
-
-
-def _flush(group: list[dict]) -> None:
-    if not group:
-        return
-    fastest = min(r["time_us"] for r in group)
-    for rec in group:
-        _print_row(rec, best=len(group) > 1 and rec["time_us"] == fastest)

@@ -9,9 +9,7 @@ reported and the sweep goes on; the exit status says whether all passed.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.kernels.registry import implementations
+from commbench.launch import is_open_mpi, local_env
 
 
 @dataclass(frozen=True)
@@ -70,41 +69,6 @@ MODELLED = (
 )  # fmt: skip
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "sweep",
-        help="run every registered implementation locally (what `make run` does)",
-        description="Launch `commbench run` under mpiexec for each implementation of "
-        "allreduce and alltoallv on the chosen backend, writing one JSONL file.",
-    )
-    p.add_argument("--np", type=int, default=8, help="MPI ranks (default 8)")
-    p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node")
-    p.add_argument("--backend", default="cpu")
-    p.add_argument("--out-dir", default="results/local", help="a new run folder goes here")
-    p.add_argument(
-        "--mpiexec",
-        default=os.environ.get("MPIEXEC") or _default_mpiexec(),
-        help="launcher (default: $MPIEXEC, else the mpiexec next to this Python)",
-    )
-    p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
-    p.add_argument(
-        "--cluster",
-        default=None,
-        metavar="PREFIX",
-        help="run on the emulated cluster PREFIX (`commbench cluster up`): its nodes and "
-        "NICs, not --np/--gpus-per-node",
-    )
-    p.add_argument(
-        "--no-report", action="store_true", help="skip the modelled tables, figures and report"
-    )
-    p.set_defaults(func=run_sweep)
-
-
-def _default_mpiexec() -> str:
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
-
-
 def launches(
     backend: str, gpus_per_node: int | None, out: Path, items=LOCAL_SWEEP
 ) -> list[list[str]]:
@@ -134,19 +98,19 @@ def run_sweep(args) -> int:
     if not args.timeout > 0 or args.timeout == float("inf"):
         raise UsageError(f"--timeout {args.timeout}: give a finite number of seconds > 0")
     if args.cluster:
-        from commbench.cluster.cli import cluster_launcher
+        from commbench.cluster.launcher import cluster_launcher
 
         launcher, gpus_per_node, items = cluster_launcher(args.cluster), None, CLUSTER_SWEEP
     else:
         mpiexec = shlex.split(args.mpiexec)
-        oversubscribe = ["--oversubscribe"] if _is_open_mpi(mpiexec[0]) else []
+        oversubscribe = ["--oversubscribe"] if is_open_mpi(mpiexec[0]) else []
         launcher = [*mpiexec, *oversubscribe, "-n", str(args.np)]
         gpus_per_node, items = args.gpus_per_node, LOCAL_SWEEP
     stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     folder = Path(args.out_dir) / stamp
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "results.jsonl"
-    env = dict(os.environ, COMMBENCH_RUN_ID=stamp, PYTHONUNBUFFERED="1")
+    env = dict(local_env(), COMMBENCH_RUN_ID=stamp)
     failed = []
     started = time.perf_counter()
     for cmd in launches(args.backend, gpus_per_node, out, items):
@@ -163,7 +127,7 @@ def run_sweep(args) -> int:
     if not args.no_report:
         modelled = MODELLED
         if args.cluster:
-            from commbench.cluster.cli import cluster_model_argv
+            from commbench.cluster.launcher import cluster_model_argv
 
             modelled = tuple(
                 (f"model-emulated-{i}.jsonl", cluster_model_argv(args.cluster, w, CLUSTER_SIZE))
@@ -200,13 +164,3 @@ def finish(folder: Path, env: dict, timeout: float, modelled=MODELLED) -> list[s
             failed.append(f"{label} (exit {rc})")
     print(f"\n# figures: {folder / 'figures'}\n# report:  {folder / 'report.html'}")
     return failed
-
-
-def _is_open_mpi(launcher: str) -> bool:
-    try:
-        text = subprocess.run(
-            [launcher, "--version"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text
