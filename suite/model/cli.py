@@ -517,7 +517,7 @@ def _add_validation_parser(sub) -> None:
 
 
 def run_validation(args: argparse.Namespace) -> int:
-    from commbench.model.validation import render, write_records
+    from commbench.model.validation import render
 
     if args.records:
         for path in write_records(args.records):
@@ -540,3 +540,40 @@ def add_parser(sub) -> None:
     _add_simulate_parser(sub)
     _add_offline_parsers(sub)
     _add_validation_parser(sub)
+
+
+#: ``commbench simulate`` runs behind figures 1, 2 and 7 (the papers' configurations)
+FIGURE_RUNS = {
+    "perlmutter-allreduce": ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
+                             "-b", "64K", "-e", "2M"],
+    "vista-allreduce": ["allreduce", "--system", "vista", "--nodes", "2,4,8,16",
+                        "-b", "64K", "-e", "2M"],
+    "mi300x-alltoallv-skew": ["alltoallv", "--system", "mi300x", "--servers", "4",
+                              "--workload", "zipf:0.1,0.5,0.8,0.99", "--size", "256M",
+                              "--impls", "fast,fanout,spreadout,balance-only,pxn"],
+    "mi300x-alltoallv-size": ["alltoallv", "--system", "mi300x", "--servers", "4",
+                              "--workload", "zipf:0.8", "-b", "1M", "-e", "256M", "-f", "4",
+                              "--impls", "fast,fanout,spreadout,pxn"],
+    "h200-alltoallv-scale": ["alltoallv", "--system", "h200", "--servers", "2,4,8,16,40",
+                             "--workload", "expert-zipf:0.8", "--size", "64M",
+                             "--impls", "fast,fanout,spreadout,deepep,pxn"],
+}  # fmt: skip
+
+
+def write_records(out_dir: str | Path) -> list[Path]:
+    """Run :data:`FIGURE_RUNS` as ``commbench simulate --out``; returns the files."""
+    import contextlib
+    import io
+
+    parser = argparse.ArgumentParser(prog="commbench")
+    _add_simulate_parser(parser.add_subparsers())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, args in FIGURE_RUNS.items():
+        path = out / f"model-{name}.jsonl"
+        path.unlink(missing_ok=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            run_simulate(parser.parse_args(["simulate", *args, "--out", str(path)]))
+        paths.append(path)
+    return paths

@@ -13,8 +13,6 @@ numbers in the table. The papers' numbers are ``results/reference/*.csv``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from commbench.kernels.model import allreduce as ar
 from commbench.model.simulate import alltoallv_points, fabric_from_profile
 from commbench.units import format_size
@@ -257,42 +255,3 @@ def render() -> str:
     table += [f"| {c} | {p} | {m} | {v} |" for c, p, m, v in summary]
     parts = [head, table, [""], *body]
     return "\n".join(line for part in parts for line in part).rstrip() + "\n"
-
-
-#: ``commbench simulate`` runs behind figures 1, 2 and 7 (the papers' configurations)
-FIGURE_RUNS = {
-    "perlmutter-allreduce": ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
-                             "-b", "64K", "-e", "2M"],
-    "vista-allreduce": ["allreduce", "--system", "vista", "--nodes", "2,4,8,16",
-                        "-b", "64K", "-e", "2M"],
-    "mi300x-alltoallv-skew": ["alltoallv", "--system", "mi300x", "--servers", "4",
-                              "--workload", "zipf:0.1,0.5,0.8,0.99", "--size", "256M",
-                              "--impls", "fast,fanout,spreadout,balance-only,pxn"],
-    "mi300x-alltoallv-size": ["alltoallv", "--system", "mi300x", "--servers", "4",
-                              "--workload", "zipf:0.8", "-b", "1M", "-e", "256M", "-f", "4",
-                              "--impls", "fast,fanout,spreadout,pxn"],
-    "h200-alltoallv-scale": ["alltoallv", "--system", "h200", "--servers", "2,4,8,16,40",
-                             "--workload", "expert-zipf:0.8", "--size", "64M",
-                             "--impls", "fast,fanout,spreadout,deepep,pxn"],
-}  # fmt: skip
-
-
-def write_records(out_dir: str | Path) -> list[Path]:
-    """Run :data:`FIGURE_RUNS` through ``commbench simulate --out``; returns the files."""
-    import contextlib
-    import io
-
-    from commbench.cli import main as cli
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, args in FIGURE_RUNS.items():
-        path = out / f"model-{name}.jsonl"
-        path.unlink(missing_ok=True)
-        with contextlib.redirect_stdout(io.StringIO()):
-            rc = cli(["simulate", *args, "--out", str(path)])
-        if rc:
-            raise RuntimeError(f"commbench simulate {' '.join(args)} failed ({rc})")
-        paths.append(path)
-    return paths
