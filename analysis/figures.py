@@ -534,7 +534,7 @@ def figure_4(
         return _empty(
             title,
             'No schedule records (collective "schedule").\nRun the scheduler benchmark '
-            "(suite/benchmarks/scheduler.py), which writes them for 16–1024 GPUs.",
+            "(python -m commbench.benchmarks.scheduler), which writes them for 16–1024 GPUs.",
             out_dir,
             name,
         )

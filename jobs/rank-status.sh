@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs one rank's command; when it fails, says which rank on which node failed, so that
-# the job's error sentinel can name them (suite/joblog.py reads this line). Launchers
+# the job's error sentinel can name them (commbench.jobs.joblog reads this line). Launchers
 # run it through a profile's [launch.mpirun] wrapper.
 "$@"
 rc=$?

@@ -100,9 +100,9 @@ run() {
   local vpy=$VENV/bin/python
   "$vpy" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip to install the wheels with"
   install_missing "$vpy"
-  if ! "$vpy" -m pip install --quiet --no-index --no-deps --no-build-isolation -e "$ROOT"; then
-    echo "gpu-check: could not install the project; running it from the source tree" >&2
-  fi
+  # the import name commbench exists only once installed (setup.cfg maps the folders into it)
+  "$vpy" -m pip install --quiet --no-index --no-deps --no-build-isolation -e "$ROOT" ||
+    die "could not install commbench into $VENV (its build needs setuptools 70.1 or later there)"
   cd "$ROOT"
   export PATH="$VENV/bin:$PATH"
   # the Open MPI wheel's launcher, not the one `make` names for the CPU venv

@@ -1,7 +1,7 @@
 // LL8 cells for NVRAR's inter-node step on NVIDIA GPUs (loaded by kernels/nvrar/cuda.py
 // through cupy.RawModule). The cell layout, flag rule and reductions are the ones of
 // kernels/nvrar/cells.py and kernels/nvrar/reduce.py, which the CPU tests pin down; the
-// GPU self-check (`make gpu-check`, suite/gpucheck_nvrar.py) compares the two.
+// GPU self-check (`make gpu-check`, suite/gpucheck/nvrar.py) compares the two.
 //
 // A cell is one 64-bit word: data in the low 32 bits, the call's sequence flag in the
 // high 32 bits, written with one 8-byte store and read with one volatile 8-byte load, so

@@ -1,7 +1,8 @@
 """The harness's own overhead: ``commbench run``'s reported all-reduce latency next to a
 bare mpi4py loop timing the same ``MPI_Allreduce``, in the same run, rounds interleaved.
 
-Run under MPI: ``mpiexec -n 8 python -m commbench.benchmarks.harness`` (``make bench``).
+``python -m commbench.benchmarks.harness [NP]`` (``make bench``) starts itself on NP ranks
+(default 8), or runs under the launcher that started it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ def bare_loop_us(comm, size: int, iters: int) -> float:
     return (MPI.Wtime() - t0) / iters * 1e6
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    from commbench.launch import relaunch, under_launcher
+
+    if not under_launcher():
+        ranks = int(argv[0]) if argv else 8
+        return relaunch(ranks, "commbench.benchmarks.harness", [], timeout=600)
     from commbench.harness.driver import Sweep, add_arguments, make_config
 
     parser = argparse.ArgumentParser()
@@ -64,4 +70,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

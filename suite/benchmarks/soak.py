@@ -1,6 +1,7 @@
 """Fault-injection soak (``make soak``; not part of ``make test`` or ``make bench``).
 
-``mpiexec -n 8 python -m commbench.benchmarks.soak calls [N]``: N consecutive ``fast+sched``
+``python -m commbench.benchmarks.soak calls [N]`` (it starts itself on 8 ranks, or runs
+under the launcher that started it): N consecutive ``fast+sched``
 all-to-allv and N ``nvrar`` all-reduce calls (default 10 000 each) on inputs that change
 every call (a new traffic matrix, size and seed; a new count and data), each checked
 against the closed-form answer; prints the wrong-value count and the resident memory
@@ -29,6 +30,8 @@ import numpy as np
 CALLS = 10_000
 INJECTIONS = 50
 RANKS = 4
+#: ranks of the `calls` soak (8 emulated GPUs: 2 servers x 4)
+CALL_RANKS = 8
 SWEEP = ["allreduce", "--impl", "mpi", "-b", "4", "-e", "320", "-i", "4", "-n", "1", "-w", "0"]
 SWEEP_POINTS = 80
 WATCHDOG_S = 3
@@ -247,6 +250,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m commbench.benchmarks.soak calls [N] | inject [N]", file=sys.stderr)
         return 2
     if argv[0] == "calls":
+        from commbench.launch import relaunch, under_launcher
+
+        if not under_launcher():
+            return relaunch(CALL_RANKS, "commbench.benchmarks.soak", argv, timeout=24 * 3600)
         return soak_calls(int(argv[1]) if len(argv) > 1 else CALLS)
     return soak_inject(int(argv[1]) if len(argv) > 1 else INJECTIONS)
 

@@ -45,7 +45,8 @@ Laws:
 - ``file:PATH``: a matrix written by :func:`write_matrix` (the nccl-tests
   ``alltoallv_perf`` format), read back exactly; ``size`` is ignored and every entry must
   already be a multiple of ``unit``.
-- ``trace:PATH``: the routing trace format of :data:`MEGATRON_TRACE` (one integer per
+- ``trace:PATH`` or ``trace:NAME`` of a shipped trace (:data:`SHIPPED_TRACES`,
+  ``trace:moe-megatron-4x8``): the routing trace format of :data:`MEGATRON_TRACE` (one integer per
   line, each ``N*N`` integers one N x N token matrix, row = sender; ``.gz`` is read as gzip). Call
   ``index`` replays matrix ``index mod count``, so the traffic changes every call. The
   native rank count N comes from ``ranks=N``, else from an ``SxG`` pattern in the file
@@ -80,8 +81,10 @@ from commbench.errors import UsageError
 
 DEFAULT_SEED = 1
 #: The Megatron-LM routing trace shipped with commbench (32 ranks, 600 matrices; see
-#: ``suite/data/README.md`` for its source and licence).
+#: ``suite/harness/data/README.md`` for its source and licence).
 MEGATRON_TRACE = Path(str(files("commbench.harness"))) / "data" / "moe-megatron-4x8.txt.gz"
+#: Traces shipped with commbench, by the name ``trace:NAME`` takes instead of a path.
+SHIPPED_TRACES = {"moe-megatron-4x8": MEGATRON_TRACE}
 #: Peak bytes per matrix entry while a law is generated (float weights, a permutation,
 #: apportion's remainders, indices and sort order; measured peak about 70).
 WORK_BYTES_PER_ENTRY = 96
@@ -150,7 +153,8 @@ def parse_workload(spec: str) -> Workload:
     path, *opts = rest.split(",")
     if not path:
         raise UsageError(
-            f"workload {text!r}: give a trace file, e.g. trace:suite/data/moe-megatron-4x8.txt.gz"
+            f"workload {text!r}: give a trace file or a shipped trace, e.g. "
+            "trace:moe-megatron-4x8"
         )
     options: dict = {}
     for opt in opts:
@@ -165,6 +169,8 @@ def parse_workload(spec: str) -> Workload:
             raise UsageError(f"workload {text!r}: {key} must be a positive integer")
     if "dtype" in options and "hidden" not in options:
         raise UsageError(f"workload {text!r}: dtype= only makes sense with hidden=")
+    if path in SHIPPED_TRACES:
+        path = str(SHIPPED_TRACES[path])
     return Workload(kind, (path,), options, seed, text)
 
 
