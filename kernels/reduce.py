@@ -12,23 +12,39 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 Array = Any
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 OPS = ("sum", "prod", "max", "min")
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int32))
+_SUPPORTED_NAMES = ("float32", "float16", "bfloat16", "int32")
 
 _UFUNC = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def __getattr__(name: str) -> Any:
+    """``BF16`` and ``SUPPORTED_DTYPES`` are made on first use: ml_dtypes takes ~0.6 s to
+    import, which every rank of every launch would pay even when no bf16 is in sight."""
+    if name == "BF16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    if name == "SUPPORTED_DTYPES":
+        return tuple(np.dtype(__getattr__("BF16") if n == "bfloat16" else n)
+                     for n in _SUPPORTED_NAMES)  # fmt: skip
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_bf16(dtype: Any) -> bool:
+    """Whether ``dtype`` is bfloat16 (ml_dtypes'; a bf16 array exists only once it is loaded)."""
+    return np.dtype(dtype).name == "bfloat16"
 
 
 def check_dtype(dtype: Any) -> np.dtype:
     """``np.dtype(dtype)`` if the all-reduce kernels support it, else a one-line error."""
     dt = np.dtype(dtype)
-    if dt not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+    if dt.name not in _SUPPORTED_NAMES:
+        names = ", ".join(_SUPPORTED_NAMES)
         raise ValueError(f"dtype {dt} is not supported by this all-reduce (use one of: {names})")
     return dt
 
@@ -44,7 +60,7 @@ def storage(arr: Array, dtype: np.dtype) -> Array:
 
     bf16 is uint16 storage; the others are their own dtype.
     """
-    return arr.view(np.uint16) if dtype == BF16 else arr.view(dtype)
+    return arr.view(np.uint16) if is_bf16(dtype) else arr.view(dtype)
 
 
 def bf16_to_f32(xp: ModuleType, bits: Array) -> Array:
@@ -75,9 +91,9 @@ def reduce_into(xp: ModuleType, out: Array, a: Array, b: Array, op: str, dtype: 
     bf16 goes through :func:`reduce_bf16_bits` except on numpy, where ml_dtypes' own
     loops give the same bits (tested) five times faster.
     """
-    if dtype == BF16:
+    if is_bf16(dtype):
         if xp is np:
-            getattr(np, _UFUNC[op])(a.view(BF16), b.view(BF16), out=out.view(BF16))
+            getattr(np, _UFUNC[op])(a.view(dtype), b.view(dtype), out=out.view(dtype))
         else:
             reduce_bf16_bits(xp, out, a, b, op)
         return

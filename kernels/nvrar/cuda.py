@@ -40,7 +40,6 @@ from commbench.kernels.doubling import Step, doubling_steps
 from commbench.kernels.nvrar import cells
 from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
 from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
-from commbench.kernels.reduce import BF16, SUPPORTED_DTYPES
 
 KERNEL_SOURCE = Path(str(files("commbench.kernels.nvrar"))) / "ll8.cu"
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int"}
@@ -54,7 +53,7 @@ _live_rails: list[NvshmemRail] = []
 
 
 def ctype_of(dtype: np.dtype) -> str:
-    return CTYPES["bfloat16" if dtype == BF16 else np.dtype(dtype).name]
+    return CTYPES[np.dtype(dtype).name]
 
 
 def recv_kernel_name(dtype: np.dtype, op: str) -> str:
@@ -65,6 +64,8 @@ def load_module() -> Any:
     """``ll8.cu`` compiled once per process (CuPy also caches the binary on disk)."""
     if "mod" not in _module_cache:
         import cupy
+
+        from commbench.kernels.reduce import BF16
 
         names = [recv_kernel_name(np.dtype(n) if n != "bfloat16" else BF16, op)
                  for n in CTYPES for op in OPCODES]  # fmt: skip
@@ -189,6 +190,8 @@ class NvshmemRail:
         self._begin = mod.get_function("ll8_begin")
         self._wait_credit = mod.get_function("ll8_wait_credit")
         self._pack = mod.get_function("ll8_pack")
+        from commbench.kernels.reduce import SUPPORTED_DTYPES
+
         self._recv = {
             (dtype, op): mod.get_function(recv_kernel_name(dtype, op))
             for dtype in SUPPORTED_DTYPES
