@@ -1,0 +1,1 @@
+"""``commbench report`` and ``commbench figures`` over :mod:`commbench.analysis`."""
