@@ -24,8 +24,11 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-ALL_BACKENDS = ("cpu", "cuda", "rocm")
-GPU_BACKENDS = ("cuda", "rocm")
+#: The collectives commbench measures (``commbench run COLLECTIVE``).
+COLLECTIVES = ("allreduce", "alltoall", "alltoallv")
+#: The transports an implementation runs on (``--backend``): numpy + MPI, CuPy + NCCL/RCCL.
+BACKENDS = ("cpu", "cuda", "rocm")
+GPU_BACKENDS = tuple(b for b in BACKENDS if b != "cpu")
 #: Backends where CuPy can capture a stream into a graph (HIP graph capture is not in CuPy).
 GRAPH_BACKENDS = ("cuda",)
 
@@ -86,7 +89,7 @@ _loaded = False
 def register(
     collective: str,
     name: str,
-    backends: tuple[str, ...] = ALL_BACKENDS,
+    backends: tuple[str, ...] = BACKENDS,
     *,
     gpu_dtypes: tuple[str, ...] | None = None,
     capturable: bool = True,
@@ -116,6 +119,11 @@ def register(
     return wrap
 
 
+#: What holds no implementation and need not load on every rank: the cost model (its
+#: profile table would load pydantic).
+_NOT_PLUGINS = ("commbench.kernels.model.",)
+
+
 def load_plugins() -> None:
     """Import every module under :mod:`kernels` once so their ``@register`` calls run."""
     global _loaded
@@ -125,7 +133,7 @@ def load_plugins() -> None:
 
     for mod in pkgutil.walk_packages(commbench.kernels.__path__, prefix="commbench.kernels."):
         leaf = mod.name.rsplit(".", 1)[-1]
-        if leaf.startswith("_"):
+        if leaf.startswith("_") or mod.name.startswith(_NOT_PLUGINS):
             continue
         importlib.import_module(mod.name)
     _loaded = True

@@ -3,30 +3,35 @@
 :func:`parse` validates one table against a model and turns pydantic's report into one
 line that names the file, the table and the key (``jobs/emulated/x.toml: nodes: must be
 an integer, not 'two'``). Models forbid unknown keys and never coerce between types (a
-quoted number stays an error), like the TOML they read.
+quoted number stays an error), like the TOML they read: their ``model_config`` is
+:data:`STRICT` (defined with the lowest such model, the profiles' ``[fabric]`` table of the
+cost model, :class:`commbench.kernels.model.fabric_table.FabricTable`).
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import pydantic
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from commbench.errors import UsageError
+from commbench.kernels.model.fabric_table import STRICT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-M = TypeVar("M", bound=pydantic.BaseModel)
+__all__ = ["STRICT", "load_toml", "parse"]
 
-STRICT = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 _KIND = {
     "int_type": "must be an integer",
@@ -47,8 +52,8 @@ def _message(key: str, err: Mapping[str, Any]) -> str:
         return f"unknown key(s) {key}"
     if kind in _KIND:
         return f"{key} {_KIND[kind]}, not {err['input']!r}"
-    text = str(err["msg"]).removeprefix("Value error, ")
-    return f"{key} {re.sub(r'^[A-Z][a-z]* should ', 'must ', text)}"
+    text = re.sub(r"^[A-Z][a-z]* should ", "must ", str(err["msg"]).removeprefix("Value error, "))
+    return f"{key} {text}" if key else text
 
 
 def load_toml(path: Path) -> dict:
@@ -62,226 +67,76 @@ def load_toml(path: Path) -> dict:
 
 def parse(model: type[M], data: Any, where: str, **extra: Any) -> M:
     """``model`` from the TOML table ``data`` (plus ``extra`` fields the file does not
-    hold), or :class:`UsageError` naming ``where`` (file and table) and the key."""
+    hold), or :class:`UsageError` naming ``where`` (file and table), the sub-table (a field
+    that is a model: `` [fabric]``, `` [site] [account]``) and the key."""
     if not isinstance(data, Mapping):
         raise UsageError(f"{where}: expected a table, not {data!r}")
     try:
         return model.model_validate({**data, **extra})
     except pydantic.ValidationError as exc:
-        raise UsageError(f"{where}: {'; '.join(_problems(exc.errors()))}") from None
+        groups = _problems(model, exc.errors())
+        text = "; ".join(f"{where}{table}: {'; '.join(p)}" for table, p in groups.items())
+        raise UsageError(text) from None
 
 
 #: What pydantic appends to an error's location for each member of a union (``int | str``).
 _UNION_MEMBERS = {"int", "str", "float", "bool"}
+#: Errors a validator raised (about the value at the location, or a whole table).
+_VALIDATOR_ERRORS = {"value_error", "assertion_error"}
 
 
-def _problems(errors: list) -> list[str]:
-    """One message per key; a value that fits no member of a union is one message too
-    (``min must be an integer or a string, not True``)."""
-    by_key: dict[str, list] = {}
+def _problems(model: type[BaseModel], errors: list) -> dict[str, list[str]]:
+    """Messages by sub-table, one per key; a value that fits no member of a union is one
+    message too (``min must be an integer or a string, not True``)."""
+    by_key: dict[tuple[str, str], list] = {}
     for err in errors:
         loc = [str(p) for p in err["loc"]]
         while len(loc) > 1 and loc[-1] in _UNION_MEMBERS:
             loc.pop()
-        by_key.setdefault(".".join(loc), []).append(err)
-    out = []
-    for key, errs in by_key.items():
+        by_key.setdefault(_locate(model, loc, err["type"]), []).append(err)
+    out: dict[str, list[str]] = {}
+    for (table, key), errs in by_key.items():
         kinds = [_KIND[e["type"]].removeprefix("must be ") for e in errs if e["type"] in _KIND]
         if len(errs) > 1 and len(kinds) == len(errs):
-            out.append(f"{key} must be {' or '.join(kinds)}, not {errs[0]['input']!r}")
+            problems = [f"{key} must be {' or '.join(kinds)}, not {errs[0]['input']!r}"]
         else:
-            out.extend(_message(key, e) for e in errs)
+            problems = [_message(key, e) for e in errs]
+        out.setdefault(table, []).extend(problems)
     return out
 
 
-# ---------------------------------------------------------------- profile tables
+def _locate(model: type[BaseModel] | None, loc: list[str], kind: str) -> tuple[str, str]:
+    """``(sub-table, key)`` of an error at ``loc``: the location goes into a field that
+    is a model (``[fabric]``) or a table of them (``[site] [account]``) when the error is
+    inside it, and into any table when a validator refused the table as a whole."""
+    table, i = "", 0
+    while model is not None and i < len(loc) and loc[i] in model.model_fields:
+        sub, of_tables = _sub_table(model.model_fields[loc[i]].annotation)
+        rest = len(loc) - i - 1
+        whole = kind in _VALIDATOR_ERRORS
+        if sub is not None and not of_tables and (rest or whole):
+            table, i = f"{table} [{loc[i]}]", i + 1
+        elif sub is not None and of_tables and (rest > 1 or (rest == 1 and whole)):
+            table, i = f"{table} [{loc[i]}] [{loc[i + 1]}]", i + 2
+        elif of_tables and not rest and whole:
+            table, i = f"{table} [{loc[i]}]", i + 1
+            break
+        else:
+            break
+        model = sub
+    return table, ".".join(loc[i:])
 
 
-class FabricTable(BaseModel):
-    """``[fabric]`` of a system profile (see :class:`commbench.jobs.render.Fabric`)."""
-
-    model_config = STRICT
-
-    scaleup: str
-    scaleup_GBps: float = Field(ge=0)
-    scaleup_peer_GBps: float = Field(ge=0)
-    scaleup_latency_us: float = Field(ge=0)
-    scaleout: str
-    scaleout_GBps: float = Field(ge=0)
-    scaleout_latency_us: float = Field(ge=0)
-    nics_per_node: int = Field(ge=1)
-    stage_cost_us: float = Field(ge=0)
-    msg_us: float | None = Field(None, ge=0)
-    proxy_us: float | None = Field(None, ge=0)
-    put_us: float | None = Field(None, ge=0)
-    reduce_GBps: float | None = Field(None, ge=0)
-    switch_buffer_MB: float | None = Field(None, ge=0)
-    incast_lossless: float | None = Field(None, ge=0)
-    incast_lossy: float | None = Field(None, ge=0)
-    flow_control: Literal["lossless", "lossy"] | None = None
-    nccl_ll128: bool | None = None
-    sources: dict[str, str] = {}
-
-
-class SiteKeyTable(BaseModel):
-    """``[site.NAME]`` of a system profile (see :class:`commbench.jobs.render.SiteKey`)."""
-
-    model_config = STRICT
-
-    help: str = ""
-    default: str = ""
-    required: bool = False
-    multinode_only: bool = False
-    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    option: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]*$")
-
-
-class DevicesTable(BaseModel):
-    """``[devices]``: what a node holds (``servers_per_node`` > 1 only when emulating)."""
-
-    model_config = STRICT
-
-    backend: str
-    vendor: str
-    model: str
-    gpus_per_node: int = Field(ge=1)
-    servers_per_node: int = Field(1, ge=1)
-
-
-class NicsTable(BaseModel):
-    model_config = STRICT
-
-    model: str
-
-
-class RunTable(BaseModel):
-    """``[run]``: the Python on the nodes and what runs around commbench."""
-
-    model_config = STRICT
-
-    python: str
-    modules: list[str] = []
-    pre_run: list[str] = []
-    post_run: list[str] = []
-    extra_sbatch: list[str] = []
-
-
-class LimitTable(BaseModel):
-    model_config = STRICT
-
-    max_nodes: int | None = Field(None, ge=1)
-    max_walltime: str | None = None
-
-
-class LimitsTable(LimitTable):
-    """``[limits]`` with its ``[limits.partition.NAME]`` and ``[limits.qos.NAME]``."""
-
-    partition: dict[str, LimitTable] = {}
-    qos: dict[str, LimitTable] = {}
-
-
-class ResourcesTable(BaseModel):
-    """``[resources]``: how a job asks Slurm for CPUs and GPUs."""
-
-    model_config = STRICT
-
-    cpus_per_task: int | None = Field(None, ge=1)
-    gpu_option: str = "gpus-per-node"
-    exclusive: bool = False
-    forbidden: list[str] = []
-
-
-class CalibrationTable(BaseModel):
-    """``[calibration]``: the ``NCCL_DEBUG=INFO`` run of multi-node GPU jobs."""
-
-    model_config = STRICT
-
-    collective: str = "allreduce"
-    impl: str
-    size: str = "1M"
-    pattern: str
-
-
-class LauncherTable(BaseModel):
-    """``[launch.NAME]``: the launcher's command, options and per-rank wrapper."""
-
-    model_config = STRICT
-
-    command: str | None = None
-    options: list[str] = []
-    wrapper: list[str] = []
-
-
-class LaunchTable(BaseModel):
-    """``[launch]``: the default launcher and a table for each allowed one."""
-
-    model_config = STRICT
-
-    default: str
-    srun: LauncherTable | None = None
-    ibrun: LauncherTable | None = None
-    mpirun: LauncherTable | None = None
-
-
-class ProfileFile(BaseModel):
-    """A system profile's top level. Its sub-tables are checked one by one with their
-    own models, so that an error names the table it is in."""
-
-    model_config = STRICT
-
-    name: str
-    description: str
-    scheduler: Literal["slurm"] = "slurm"
-    emulated_cluster: bool = False
-    devices: dict[str, Any]
-    nics: dict[str, Any]
-    resources: dict[str, Any]
-    launch: dict[str, Any]
-    run: dict[str, Any]
-    limits: dict[str, Any]
-    fabric: dict[str, Any]
-    calibration: dict[str, Any] | None = None
-    env: dict[str, str] = {}
-    env_multinode: dict[str, str] = {}
-    env_partial_node: dict[str, str] = {}
-    site: dict[str, dict[str, Any]] = {}
-
-
-# ---------------------------------------------------------------- experiments
-
-
-class StepOverride(BaseModel):
-    """What ``[steps.by_system.SYSTEM]`` may change in a step (and a step's own fields)."""
-
-    model_config = STRICT
-
-    collective: str | None = None
-    min: int | str | None = None
-    max: int | str | None = None
-    factor: int | None = None
-    iters: int | None = None
-    warmup: int | None = None
-    check: int | None = None
-    dtype: str | None = None
-    workload: str | None = None
-    timing: str | None = None
-    average: int | None = None
-    external: list[str] | None = None
-
-
-class StepTable(StepOverride):
-    """One ``[[NAME.steps]]`` table of ``jobs/experiments.toml``."""
-
-    collective: str
-    impls: dict[str, list[str]]
-    by_system: dict[str, StepOverride] = {}
-
-
-class ExperimentTable(BaseModel):
-    """One ``[NAME]`` of ``jobs/experiments.toml``; its steps are checked one by one."""
-
-    model_config = STRICT
-
-    description: str
-    walltime: str
-    steps: list[dict[str, Any]] = Field(min_length=1)
+def _sub_table(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """``(model, False)`` for a field holding a model (optional or not), ``(model, True)``
+    for a table of them, ``(None, True)`` for any other table, else ``(None, False)``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (dict, Mapping):
+        value = args[1]
+        return (value if isinstance(value, type) and issubclass(value, BaseModel) else None), True
+    if len(args) == 1 and origin in (typing.Union, types.UnionType):
+        return _sub_table(args[0])
+    return None, False

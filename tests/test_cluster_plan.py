@@ -20,6 +20,7 @@ from commbench.cluster.plan import (
 )
 from commbench.cluster.profiles import load_emulated_profile, profile_names
 from commbench.errors import UsageError
+from commbench.kernels.model import Fabric
 
 
 def test_rates_parse_with_units():
@@ -84,6 +85,17 @@ def test_shaping_send_side_and_switch_port_with_the_queue_depth():
     lat = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0, latency_us=100)
     netem, tbf = node_qdisc_commands(lat, nic)
     assert "delay" in netem and "100us" in netem and "parent" in tbf
+
+
+def test_stage_cost_bytes_is_the_cost_models():
+    """FAST on the cluster is told the stage cost the model would give it: the stage's
+    fixed cost plus the link's latency, in TCP payload bytes of one NIC."""
+    spec = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=100.0,
+                       stage_cost_us=12000.0, latency_us=100.0)  # fmt: skip
+    model = Fabric(gpus_per_node=2, nic_GBps=spec.payload_GBps, nic_us=100.0,
+                   scaleup_GBps=10.0, scaleup_us=1.0, stage_us=12000.0)  # fmt: skip
+    assert spec.stage_cost_bytes == model.stage_cost_bytes == round(12100 * spec.payload_GBps * 1e3)
+    assert ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=100.0).stage_cost_bytes == 0
 
 
 @given(st.floats(min_value=0.0001, max_value=99.99))

@@ -24,7 +24,18 @@ from commbench.cli import main
 from commbench.config import load_toml
 from commbench.errors import UsageError
 from commbench.jobs import cli as jobs_cli
-from commbench.jobs import render as jobs
+from commbench.jobs.allocation import compute_allocation, parse_nodes
+from commbench.jobs.experiments import (
+    custom_experiment,
+    load_experiment,
+    load_experiments,
+    registered_implementations,
+)
+from commbench.jobs.profile import SYSTEMS_DIR, load_profile, parse_profile, system_names
+from commbench.jobs.script import TEMPLATES_DIR, Job, render_job, template_environment
+from commbench.jobs.site import apply_site_file, placeholders, read_site_file, resolve_site
+from commbench.jobs.syntax import format_walltime, parse_walltime, quote, shell_finalize
+from commbench.kernels.registry import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "jobs"
@@ -32,7 +43,7 @@ UPDATE = os.environ.get("COMMBENCH_UPDATE_GOLDEN") == "1"
 BINDIR = Path("/opt/commbench/.venv/bin")
 JOBS_DIR = Path("/opt/commbench/jobs")  # where the goldens find the job files
 RESULTS = Path("/scratch/results")
-PLACES = jobs.placeholders(BINDIR, JOBS_DIR, environ={})
+PLACES = placeholders(BINDIR, JOBS_DIR, environ={})
 
 #: Site values a user of each system would give.
 SITE = {
@@ -49,11 +60,11 @@ def all_experiment_impls() -> dict[tuple[str, str], tuple[str, ...]]:
     """Every implementation the experiments name, on every backend, except FAST (to
     exercise skipping): golden renders must not change as kernels land."""
     out = {}
-    for exp in jobs.load_experiments().values():
+    for exp in load_experiments().values():
         for step in exp.steps:
             for names in step.impls.values():
                 for name in names:
-                    out[(step.collective, name)] = jobs.BACKENDS
+                    out[(step.collective, name)] = BACKENDS
     out.pop(("alltoallv", "fast"))
     return out
 
@@ -81,15 +92,15 @@ def render(
     available=None,
     extra_sbatch=(),
     walltime: str | None = None,
-) -> jobs.Job:
-    profile = jobs.load_profile(system)
-    exp = jobs.load_experiment(experiment)
-    values = jobs.resolve_site(
+) -> Job:
+    profile = load_profile(system)
+    exp = load_experiment(experiment)
+    values = resolve_site(
         profile, SITE[system] if site is None else site, environ or {}, {}, nodes, PLACES
     )
-    wall = jobs.parse_walltime(walltime) if walltime else exp.walltime_s
-    alloc = jobs.compute_allocation(profile, nodes, wall, tasks_per_node)
-    return jobs.render_job(
+    wall = parse_walltime(walltime) if walltime else exp.walltime_s
+    alloc = compute_allocation(profile, nodes, wall, tasks_per_node)
+    return render_job(
         profile,
         exp,
         alloc,
@@ -106,10 +117,10 @@ def render(
 
 def golden_cases() -> list[tuple[str, str, int]]:
     cases = []
-    for system in jobs.system_names():
-        profile = jobs.load_profile(system)
+    for system in system_names():
+        profile = load_profile(system)
         counts = [1] if profile.limits.max_nodes == 1 else [1, 4]
-        for launcher in sorted(profile.launchers):
+        for launcher in sorted(profile.launch.launchers):
             cases += [(system, launcher, n) for n in counts]
     return cases
 
@@ -134,51 +145,50 @@ def launch_line(script: str) -> str:
 
 
 def test_every_profile_loads_with_fabric_constants():
-    names = jobs.system_names()
+    names = system_names()
     assert set(names) >= {"perlmutter", "vista", "h200", "mi300x", "local"}
     for name in names:
-        p = jobs.load_profile(name)
-        f = jobs.load_fabric(name)
-        assert f == p.fabric
+        p = load_profile(name)
+        f = p.fabric
         assert f.scaleout_GBps > 0 and f.scaleout_latency_us > 0 and f.nics_per_node >= 1
         assert f.stage_cost_us > 0
-        if p.gpus_per_node > 1:
+        if p.devices.gpus_per_node > 1:
             assert f.scaleup_GBps >= f.scaleup_peer_GBps > 0
-    assert jobs.load_fabric("h200").scaleout_GBps == pytest.approx(48.9)
-    assert jobs.load_fabric("mi300x").scaleup_peer_GBps == pytest.approx(48.0)
-    assert jobs.load_fabric("vista").scaleup_GBps == 0
+    assert load_profile("h200").fabric.scaleout_GBps == pytest.approx(48.9)
+    assert load_profile("mi300x").fabric.scaleup_peer_GBps == pytest.approx(48.0)
+    assert load_profile("vista").fabric.scaleup_GBps == 0
 
 
 def test_unknown_system_names_the_choices():
     with pytest.raises(UsageError, match="unknown system 'nope'.*perlmutter"):
-        jobs.load_profile("nope")
+        load_profile("nope")
     with pytest.raises(UsageError):
-        jobs.load_profile("../etc/passwd")
+        load_profile("../etc/passwd")
 
 
 def test_profile_validation_names_file_and_key(tmp_path):
-    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(SYSTEMS_DIR / "local.toml")
     data["fabric"]["scaleout_GBps"] = "fast"
     with pytest.raises(UsageError, match=r"\[fabric\].*scaleout_GBps must be a number"):
-        jobs.parse_profile(data, tmp_path / "local.toml")
-    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
+        parse_profile(data, tmp_path / "local.toml")
+    data = load_toml(SYSTEMS_DIR / "local.toml")
     data["resources"]["gpu_per_node"] = 4
     with pytest.raises(UsageError, match="unknown key.*gpu_per_node"):
-        jobs.parse_profile(data, tmp_path / "local.toml")
-    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
+        parse_profile(data, tmp_path / "local.toml")
+    data = load_toml(SYSTEMS_DIR / "local.toml")
     data["fabric"]["flow_control"] = "credit"
     data["fabric"]["nics_per_node"] = 0
     with pytest.raises(UsageError, match=r"\[fabric\]: nics_per_node must be greater than or equal to 1; "
                        r"flow_control must be 'lossless' or 'lossy'"):  # fmt: skip
-        jobs.parse_profile(data, tmp_path / "local.toml")
-    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
+        parse_profile(data, tmp_path / "local.toml")
+    data = load_toml(SYSTEMS_DIR / "local.toml")
     data["site"]["partition"]["env"] = "NOT A NAME"
     with pytest.raises(UsageError, match=r"\[site\] \[partition\]: env must match pattern"):
-        jobs.parse_profile(data, tmp_path / "local.toml")
+        parse_profile(data, tmp_path / "local.toml")
 
 
 def test_experiments_are_the_papers_sweeps():
-    exps = jobs.load_experiments()
+    exps = load_experiments()
     assert {"nvrar-paper", "fast-paper", "interconnect"} <= set(exps)
     nv, nv_mpi = exps["nvrar-paper"].steps
     assert (nv.collective, nv.dtype, nv.min, nv.max, nv.warmup, nv.iters) == (
@@ -208,15 +218,15 @@ def test_experiment_validation(tmp_path):
         'collective = "allreduce"\nimpls.cpu = ["mpi"]\nmin = "2M"\nmax = "1M"\n'
     )
     with pytest.raises(UsageError, match="min 2M is larger than max 1M"):
-        jobs.load_experiments(path)
+        load_experiments(path)
     path.write_text(
         '[x]\ndescription = "d"\nwalltime = "00:10:00"\n[[x.steps]]\n'
         'collective = "allreduce"\nimpls.cpu = ["mpi"]\nby_system.local = { iter = 3 }\n'
     )
     with pytest.raises(UsageError, match="unknown key.*iter"):
-        jobs.load_experiments(path)
+        load_experiments(path)
     with pytest.raises(UsageError, match="unknown experiment 'nope'"):
-        jobs.load_experiment("nope")
+        load_experiment("nope")
 
 
 @pytest.mark.parametrize(
@@ -236,7 +246,7 @@ def test_typed_step_errors_name_the_step_and_key(tmp_path, step, message):
         f'collective = "allreduce"\nimpls.cpu = ["mpi"]\n{step}\n'
     )
     with pytest.raises(UsageError, match=r"e\.toml \[x\] step 1.*: " + re.escape(message)):
-        jobs.load_experiments(path)
+        load_experiments(path)
 
 
 @pytest.mark.parametrize(
@@ -250,11 +260,11 @@ def test_typed_step_errors_name_the_step_and_key(tmp_path, step, message):
     ],
 )
 def test_typed_profile_top_level_errors(tmp_path, edit, message):
-    data = load_toml(jobs.SYSTEMS_DIR / "local.toml")
+    data = load_toml(SYSTEMS_DIR / "local.toml")
     data.setdefault("env", {})
     edit(data)
     with pytest.raises(UsageError, match=message):
-        jobs.parse_profile(data, tmp_path / "local.toml")
+        parse_profile(data, tmp_path / "local.toml")
 
 
 # ---------------------------------------------------------------- golden renders
@@ -467,7 +477,7 @@ def test_quoting_round_trips_through_bash(tmp_path):
         "",
         "ünïcødé",
     ]
-    words = " ".join(jobs.quote(v) for v in nasty)
+    words = " ".join(quote(v) for v in nasty)
     proc = subprocess.run(
         ["bash", "-c", f"printf '%s\\0' {words}"],
         capture_output=True,
@@ -486,21 +496,21 @@ def test_values_with_newlines_are_refused():
 @settings(max_examples=200, deadline=None)
 @given(st.text(st.characters(blacklist_characters="\n\r\0"), max_size=40))
 def test_quoted_values_split_back_to_themselves(text):
-    assert shlex.split(jobs.quote(text)) == [text]
-    assert shlex.split(jobs.shell_finalize([text, "a b"])) == [text, "a b"]
+    assert shlex.split(quote(text)) == [text]
+    assert shlex.split(shell_finalize([text, "a b"])) == [text, "a b"]
 
 
 def test_strict_undefined(tmp_path):
     import jinja2
 
     (tmp_path / "t.sh.j2").write_text("echo {{ defined }} {{ missing }}\n")
-    env = jobs.template_environment(tmp_path)
+    env = template_environment(tmp_path)
     with pytest.raises(jinja2.UndefinedError):
         env.get_template("t.sh.j2").render(defined="x")
 
 
 def test_templates_never_interpolate_inside_double_quotes():
-    for path in jobs.TEMPLATES_DIR.glob("*.j2"):
+    for path in TEMPLATES_DIR.glob("*.j2"):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             for segment in re.findall(r'"[^"]*"', line):
                 assert "{{" not in segment, f"{path.name}:{n}: {{{{ }}}} inside double quotes"
@@ -523,19 +533,17 @@ def test_required_site_value_says_how_to_give_it():
 
 
 def test_site_precedence_flag_env_file_default():
-    p = jobs.load_profile("perlmutter")
+    p = load_profile("perlmutter")
 
     def qos(given, environ, file_values):
-        return jobs.resolve_site(p, {"account": "a", **given}, environ, file_values, 1, PLACES)[
-            "qos"
-        ]
+        return resolve_site(p, {"account": "a", **given}, environ, file_values, 1, PLACES)["qos"]
 
     assert qos({}, {}, {}) == "regular"
     assert qos({}, {}, {"qos": "premium"}) == "premium"
     assert qos({}, {"COMMBENCH_QOS": "debug"}, {"qos": "premium"}) == "debug"
     assert qos({"qos": "shared"}, {"COMMBENCH_QOS": "debug"}, {}) == "shared"
     with pytest.raises(UsageError, match="has no site value 'acount'"):
-        jobs.resolve_site(p, {"acount": "a"}, {}, {}, 1, PLACES)
+        resolve_site(p, {"acount": "a"}, {}, {}, 1, PLACES)
 
 
 def test_site_file(tmp_path):
@@ -544,24 +552,24 @@ def test_site_file(tmp_path):
         '[vista]\naccount = "TACC-1"\nmodules = ["nvidia", "mvapich", "cuda", "python3"]\n'
         "max_nodes = 16\n"
     )
-    path, data = jobs.read_site_file(site, {})
-    p, values = jobs.apply_site_file(jobs.load_profile("vista"), data["vista"], str(path))
-    assert values == {"account": "TACC-1"} and "mvapich" in p.modules
+    path, data = read_site_file(site, {})
+    p, values = apply_site_file(load_profile("vista"), data["vista"], str(path))
+    assert values == {"account": "TACC-1"} and "mvapich" in p.run.modules
     assert p.limits.max_nodes == 16
     with pytest.raises(UsageError, match="unknown key.*acount.*allowed: account"):
-        jobs.apply_site_file(jobs.load_profile("vista"), {"acount": "x"}, "f")
-    vista = jobs.load_profile("vista")
+        apply_site_file(load_profile("vista"), {"acount": "x"}, "f")
+    vista = load_profile("vista")
     with pytest.raises(UsageError, match=r"^f \[vista\]: account must be a string, not 3$"):
-        jobs.apply_site_file(vista, {"account": 3}, "f")
+        apply_site_file(vista, {"account": 3}, "f")
     with pytest.raises(UsageError, match=r"^f \[vista\]: modules\.1 must be a string, not 1$"):
-        jobs.apply_site_file(vista, {"modules": ["cuda", 1]}, "f")
+        apply_site_file(vista, {"modules": ["cuda", 1]}, "f")
     with pytest.raises(UsageError, match=r"max_nodes must be greater than or equal to 1"):
-        jobs.apply_site_file(vista, {"max_nodes": 0}, "f")
+        apply_site_file(vista, {"max_nodes": 0}, "f")
     with pytest.raises(UsageError, match="vista rejects sbatch option --mem"):
-        jobs.apply_site_file(jobs.load_profile("vista"), {"extra_sbatch": ["--mem=8G"]}, "f")
+        apply_site_file(load_profile("vista"), {"extra_sbatch": ["--mem=8G"]}, "f")
     with pytest.raises(UsageError, match="does not exist"):
-        jobs.read_site_file(tmp_path / "nope.toml", {})
-    assert jobs.read_site_file(None, {"COMMBENCH_SITE_FILE": str(site)})[0] == site
+        read_site_file(tmp_path / "nope.toml", {})
+    assert read_site_file(None, {"COMMBENCH_SITE_FILE": str(site)})[0] == site
 
 
 # ---------------------------------------------------------------- allocation
@@ -575,7 +583,7 @@ def test_allocation_per_system():
         "mi300x": (8, 16, 8),
     }
     for system, (tpn, cpt, gpus) in cases.items():
-        a = jobs.compute_allocation(jobs.load_profile(system), 3, 600)
+        a = compute_allocation(load_profile(system), 3, 600)
         assert (a.tasks_per_node, a.cpus_per_task, a.gpus_per_node, a.ntasks) == (
             tpn,
             cpt,
@@ -583,33 +591,33 @@ def test_allocation_per_system():
             3 * tpn,
         )
     with pytest.raises(UsageError, match="give 1..4"):
-        jobs.compute_allocation(jobs.load_profile("perlmutter"), 1, 600, tasks_per_node=5)
+        compute_allocation(load_profile("perlmutter"), 1, 600, tasks_per_node=5)
     with pytest.raises(UsageError, match="multiple of the 2 emulated GPUs"):
-        jobs.compute_allocation(jobs.load_profile("local"), 1, 600, tasks_per_node=3)
+        compute_allocation(load_profile("local"), 1, 600, tasks_per_node=3)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(min_value=1, max_value=30 * 86400))
 def test_walltime_round_trip(seconds):
-    assert jobs.parse_walltime(jobs.format_walltime(seconds)) == seconds
+    assert parse_walltime(format_walltime(seconds)) == seconds
 
 
 def test_walltime_forms():
-    assert jobs.parse_walltime("30") == 1800
-    assert jobs.parse_walltime("01:30") == 90
-    assert jobs.parse_walltime("48:00:00") == 48 * 3600
-    assert jobs.parse_walltime("1-12") == 36 * 3600
-    assert jobs.format_walltime(48 * 3600) == "2-00:00:00"
+    assert parse_walltime("30") == 1800
+    assert parse_walltime("01:30") == 90
+    assert parse_walltime("48:00:00") == 48 * 3600
+    assert parse_walltime("1-12") == 36 * 3600
+    assert format_walltime(48 * 3600) == "2-00:00:00"
     for bad in ("", "1h", "0", "-5", "1:2:3:4"):
         with pytest.raises(UsageError):
-            jobs.parse_walltime(bad)
+            parse_walltime(bad)
 
 
 def test_parse_nodes():
-    assert jobs.parse_nodes("2,4,8") == [2, 4, 8]
+    assert parse_nodes("2,4,8") == [2, 4, 8]
     for bad in ("0", "2,,4", "x", "2,2"):
         with pytest.raises(UsageError):
-            jobs.parse_nodes(bad)
+            parse_nodes(bad)
 
 
 # ---------------------------------------------------------------- implementations
@@ -630,7 +638,7 @@ def test_unregistered_implementations_are_skipped_and_logged():
 
 
 def test_render_with_the_real_registry_runs_only_registered():
-    available = jobs.registered_implementations()
+    available = registered_implementations()
     job = render("local", 1, available=available)
     for run in job.runs:
         assert "cpu" in available[(run.collective, run.impl)]
@@ -644,17 +652,17 @@ def test_every_experiment_step_is_supported_on_gpu_systems(system):
     from commbench.harness.backends.dtypes import dtype_name, parse_dtype
     from commbench.kernels.registry import lookup
 
-    profile = jobs.load_profile(system)
-    assert profile.backend in ("cuda", "rocm")
-    available = jobs.registered_implementations()
-    for name in jobs.load_experiments():
+    profile = load_profile(system)
+    assert profile.devices.backend in ("cuda", "rocm")
+    available = registered_implementations()
+    for name in load_experiments():
         job = render(system, 2, experiment=name, available=available)
         assert job.runs, f"{name} runs nothing on {system}"
         for run in job.runs:
             args = list(run.args)
             dtype = args[args.index("-d") + 1] if "-d" in args else "float"
             problem = lookup(run.collective, run.impl).support_problem(
-                profile.backend,
+                profile.devices.backend,
                 dtype_name(parse_dtype(dtype)) if run.collective == "allreduce" else None,
             )
             assert problem is None, f"{name} on {system}: {problem}"
@@ -662,14 +670,14 @@ def test_every_experiment_step_is_supported_on_gpu_systems(system):
 
 def test_custom_experiment_checks_implementations():
     available = {("allreduce", "mpi"): ("cpu", "cuda"), ("allreduce", "nccl"): ("cuda",)}
-    exp = jobs.custom_experiment("allreduce", ["mpi"], "cpu", available, 600, min="1K", max="4K")
+    exp = custom_experiment("allreduce", ["mpi"], "cpu", available, 600, min="1K", max="4K")
     assert exp.steps[0].impls == {"cpu": ("mpi",)}
     with pytest.raises(UsageError, match="unknown implementation 'nope'.*known: mpi, nccl"):
-        jobs.custom_experiment("allreduce", ["nope"], "cpu", available, 600)
+        custom_experiment("allreduce", ["nope"], "cpu", available, 600)
     with pytest.raises(UsageError, match="does not run on backend 'cpu'"):
-        jobs.custom_experiment("allreduce", ["nccl"], "cpu", available, 600)
+        custom_experiment("allreduce", ["nccl"], "cpu", available, 600)
     with pytest.raises(UsageError, match="workload applies to alltoallv"):
-        jobs.custom_experiment("allreduce", ["mpi"], "cpu", available, 600, workload="zipf:0.8")
+        custom_experiment("allreduce", ["mpi"], "cpu", available, 600, workload="zipf:0.8")
 
 
 # ---------------------------------------------------------------- CLI

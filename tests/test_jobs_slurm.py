@@ -18,7 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from commbench.jobs import render as jobs
+from commbench.jobs.allocation import compute_allocation
+from commbench.jobs.experiments import (
+    RunCommand,
+    custom_experiment,
+    load_experiment,
+    plan_runs,
+    registered_implementations,
+)
+from commbench.jobs.profile import load_profile
+from commbench.jobs.runs import RESULTS_NAME
+from commbench.jobs.script import Job, render_job, write_job
+from commbench.jobs.site import placeholders, resolve_site
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -27,22 +38,22 @@ WAIT_S = 240
 
 def render_local(
     tmp_path: Path, run_id: str, external: tuple[str, ...] = (), site_values=None, **step
-) -> jobs.Job:
+) -> Job:
     import dataclasses
 
-    profile = jobs.load_profile("local")
-    available = jobs.registered_implementations()
+    profile = load_profile("local")
+    available = registered_implementations()
     collective = "alltoallv" if "workload" in step else "allreduce"
-    exp = jobs.custom_experiment(collective, ["mpi"], "cpu", available, 300, **step)
+    exp = custom_experiment(collective, ["mpi"], "cpu", available, 300, **step)
     if external:
         step = dataclasses.replace(exp.steps[0], external=external)
         exp = dataclasses.replace(exp, steps=(step,))
-    places = jobs.placeholders(Path(sys.executable).parent)
-    site = jobs.resolve_site(profile, site_values or {}, {}, {}, 1, places)
-    return jobs.render_job(
+    places = placeholders(Path(sys.executable).parent)
+    site = resolve_site(profile, site_values or {}, {}, {}, 1, places)
+    return render_job(
         profile,
         exp,
-        jobs.compute_allocation(profile, 1, 300),
+        compute_allocation(profile, 1, 300),
         site,
         run_id=run_id,
         bindir=Path(sys.executable).parent,
@@ -51,14 +62,14 @@ def render_local(
     )
 
 
-def run_script(job: jobs.Job) -> subprocess.CompletedProcess:
-    path = jobs.write_job(job)
+def run_script(job: Job) -> subprocess.CompletedProcess:
+    path = write_job(job)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PRTE_"))}
     return subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=120)
 
 
 def records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / jobs.RESULTS_NAME).read_text().splitlines()
+    lines = (run_dir / RESULTS_NAME).read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 
 
@@ -175,12 +186,12 @@ def test_submit_interconnect_on_local_slurm(tmp_path):
     assert status.returncode == 0 and "ready" in status.stdout
 
 
-def render_interconnect_plan(tmp_path: Path) -> list[jobs.RunCommand]:
-    profile = jobs.load_profile("local")
-    runs, _ = jobs.plan_runs(
-        jobs.load_experiment("interconnect"),
+def render_interconnect_plan(tmp_path: Path) -> list[RunCommand]:
+    profile = load_profile("local")
+    runs, _ = plan_runs(
+        load_experiment("interconnect"),
         profile,
-        jobs.registered_implementations(),
+        registered_implementations(),
         str(tmp_path / "x.jsonl"),
     )
     return runs
@@ -204,7 +215,7 @@ def fake_osu(folder: Path) -> Path:
     return folder
 
 
-def render_with_osu(tmp_path: Path, run_id: str, osu: str) -> jobs.Job:
+def render_with_osu(tmp_path: Path, run_id: str, osu: str) -> Job:
     site = {"osu": osu} if osu else {}
     return render_local(tmp_path, run_id, ("osu",), site, min="64K", max="128K", iters=3, warmup=1)
 
@@ -241,7 +252,7 @@ def test_unconfigured_external_step_is_skipped_with_a_line(tmp_path):
 def test_external_osu_step_on_local_slurm(tmp_path):
     need_slurm()
     job = render_with_osu(tmp_path, f"osu-{os.getpid()}", str(fake_osu(tmp_path / "osu")))
-    path = jobs.write_job(job)
+    path = write_job(job)
     proc = subprocess.run(
         ["sbatch", "--parsable", str(path)], capture_output=True, text=True, timeout=60
     )

@@ -10,7 +10,7 @@ import pytest
 
 from commbench.cli import main
 from commbench.errors import UsageError
-from commbench.jobs.render import load_profile
+from commbench.jobs.profile import load_profile
 from commbench.model.simulate import fabric_from_profile
 
 
@@ -21,7 +21,7 @@ def records(path) -> list[dict]:
 def test_fabric_comes_from_the_profile():
     prof = load_profile("h200").fabric
     f = fabric_from_profile("h200")
-    assert f.gpus_per_node == load_profile("h200").gpus_per_node
+    assert f.gpus_per_node == load_profile("h200").devices.gpus_per_node
     assert f.nic_GBps == pytest.approx(prof.scaleout_GBps * prof.nics_per_node / 8)
     assert f.nic_us == prof.scaleout_latency_us
     assert f.scaleup_GBps == prof.scaleup_GBps

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from commbench.cli import main
-from commbench.jobs.render import FABRIC_OPTIONAL, load_profile
+from commbench.jobs.profile import load_profile
+from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS
 from commbench.model import validation as model_validation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,9 +29,8 @@ def test_every_fabric_constant_names_its_source(name):
     fab = load_profile(name).fabric
     required = ["scaleup_GBps", "scaleup_peer_GBps", "scaleup_latency_us", "scaleout_GBps",
                 "scaleout_latency_us", "nics_per_node", "stage_cost_us"]  # fmt: skip
-    required += [k for k in (*FABRIC_OPTIONAL, "flow_control", "nccl_ll128")
-                 if getattr(fab, k) is not None]  # fmt: skip
-    for key in required:
+    assert set(required) <= set(FABRIC_CONSTANTS)
+    for key in (k for k in FABRIC_CONSTANTS if getattr(fab, k) is not None):
         source = fab.sources.get(key, "")
         assert source.startswith(SOURCE_KINDS), f"{name}: [fabric.sources] {key} = {source!r}"
 

@@ -10,6 +10,7 @@ this package is cheap: the numba core loads on the first :func:`schedule` or
 from commbench.kernels.fast.plan import RankPlan
 from commbench.kernels.fast.scheduler import (
     DEFAULT_STRATEGY,
+    OPTIONS,
     STRATEGIES,
     Schedule,
     Scheduler,
@@ -24,6 +25,7 @@ from commbench.kernels.fast.scheduler import (
 
 __all__ = [
     "DEFAULT_STRATEGY",
+    "OPTIONS",
     "STRATEGIES",
     "RankPlan",
     "Schedule",

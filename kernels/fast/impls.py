@@ -20,22 +20,15 @@ communicators; see :mod:`commbench.kernels.fast.executor`); for ``fast+sched``: 
 
 from __future__ import annotations
 
-import inspect
 import time
 
 import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase
-from commbench.kernels.fast import Scheduler, compile_seconds, schedule_ahead, warmup
+from commbench.kernels.fast import OPTIONS, Scheduler, compile_seconds, schedule_ahead, warmup
 from commbench.kernels.fast.executor import PlanExecutor, load
 from commbench.kernels.registry import register
 
-#: The scheduler's keyword options (``unit`` comes from the case).
-SCHEDULE_OPTIONS = tuple(
-    name
-    for name, prm in inspect.signature(Scheduler).parameters.items()
-    if prm.kind is inspect.Parameter.KEYWORD_ONLY and name != "unit"
-)
 _NONE = ("none", "None")
 
 
@@ -61,9 +54,9 @@ class _Fast:
     """FAST schedule + per-rank executor; the schedule is made in ``setup``."""
 
     name = "fast"
-    allowed: tuple[str, ...] = SCHEDULE_OPTIONS
+    allowed: tuple[str, ...] = tuple(OPTIONS)
     others: tuple[str, ...] = ()  # the subclass's own --param keys, taken out before
-    PARAMS = (*SCHEDULE_OPTIONS, "groups")
+    PARAMS = (*OPTIONS, "groups")
     fixed: dict = {}
 
     def __init__(self, transport, params: dict) -> None:

@@ -63,11 +63,14 @@ NICs, next to :attr:`Schedule.lower_bound`.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -80,7 +83,8 @@ AUTO_STAGE_COST_MULTIPLE = 32  # max_stage_bytes="auto": stage bytes / fixed cos
 BALANCE_MODES = ("pipelined", "prologue")
 TAIL_MODES = ("last", "early")  # or a stage number k >= 1 ("early" = 1)
 _MODES = {"bvn": 0, "bottleneck": 1, "threshold": 2}
-_PHASES = ("intra", "balance", "stage", "redistribute", "tail")
+#: the phases of :meth:`Schedule.transfers` rows, in the order of the core's codes
+PHASES = ("intra", "balance", "stage", "redistribute", "tail")
 PARALLEL_MIN_RANKS = 512  # ``threads`` > 1 splits the matrix pass from this many ranks on
 _MAX_ENTRY = 1 << 62
 _INT64 = np.dtype(np.int64)
@@ -357,7 +361,7 @@ class Schedule:
         frame = pd.DataFrame(
             pieces, columns=["phase", "stage", "src", "dst", "origin", "final", "nbytes", "step"]
         )
-        frame["phase"] = pd.Categorical.from_codes(pieces[:, 0], categories=list(_PHASES))
+        frame["phase"] = pd.Categorical.from_codes(pieces[:, 0], categories=list(PHASES))
         return frame
 
 
@@ -470,6 +474,18 @@ class Scheduler:
         if rank is not None:
             sched.plan(rank)
         return sched
+
+
+#: FAST's options and their defaults: :class:`Scheduler`'s keywords but ``unit`` (the
+#: caller's element size), read from its signature so that they are named once
+#: (``--param`` keys, the model's tuner).
+OPTIONS: Mapping[str, object] = MappingProxyType(
+    {
+        name: prm.default
+        for name, prm in inspect.signature(Scheduler).parameters.items()
+        if prm.kind is inspect.Parameter.KEYWORD_ONLY and name != "unit"
+    }
+)
 
 
 def schedule(traffic, gpus_per_node: int, **options) -> Schedule:

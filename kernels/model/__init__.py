@@ -1,7 +1,7 @@
 """Cost model: predicted times of all-to-allv and all-reduce algorithms on a two-tier fabric.
 
 Pure numpy, no MPI and no GPU: :class:`Fabric` holds a system's constants (from the job
-profiles, see ``suite/simulate.py``), :mod:`commbench.kernels.model.alltoallv` and
+profiles, see :mod:`commbench.model.simulate`), :mod:`commbench.kernels.model.alltoallv` and
 :mod:`commbench.kernels.model.allreduce` turn traffic or a message size into per-rank finish times.
 """
 

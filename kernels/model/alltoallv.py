@@ -38,10 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.kernels.fast.scheduler import BALANCE_MODES, PHASES
 from commbench.kernels.model.fabric import Fabric, step_finish
-
-PHASES = ("intra", "balance", "stage", "redistribute", "tail")
-BALANCE_MODES = ("prologue", "pipelined")
 
 
 @dataclass

@@ -26,6 +26,10 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
 The makespan of one step is therefore at least the busiest port's bytes over its
 bandwidth — the lower bound — and a flow into a hot port holds its sender until that port
 drains, which is how stragglers appear.
+
+A system profile's ``[fabric]`` table holds the constants per node and per NIC, with their
+sources (:class:`commbench.kernels.model.fabric_table.FabricTable`, which turns itself into
+a :class:`Fabric`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ import numpy as np
 
 #: bytes per µs in one GB/s
 _BYTES_PER_US = 1e3
+
+
+def stage_cost_bytes(stage_us: float, latency_us: float, GBps: float) -> int:
+    """FAST's ``stage_cost_bytes``: the fixed cost of one scale-out stage in the bytes one
+    NIC of ``GBps`` moves meanwhile. A stage costs ``stage_us`` (launch and
+    synchronisation) plus one message latency, ``latency_us``, before its bytes flow (as
+    :func:`step_finish` charges a step)."""
+    return int(round((stage_us + latency_us) * GBps * _BYTES_PER_US))
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,7 @@ class Fabric:
     @property
     def stage_cost_bytes(self) -> int:
         """The fixed cost of one scale-out stage, in bytes one NIC moves in that time."""
-        return int(round((self.stage_us + self.nic_us) * self.nic_GBps * _BYTES_PER_US))
+        return stage_cost_bytes(stage_us=self.stage_us, latency_us=self.nic_us, GBps=self.nic_GBps)
 
 
 def _number(fabric: Fabric, name: str) -> float:

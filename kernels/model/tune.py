@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.kernels.fast.scheduler import OPTIONS
 from commbench.kernels.model.alltoallv import Prediction, fast
 from commbench.kernels.model.fabric import Fabric
 
@@ -43,8 +44,8 @@ FIRST_STAGE_FRACTIONS = (None, 0.125, 0.25)
 AXES = (("tail", "first_stage_fraction"), ("max_stage_bytes", "tail_penalty"))
 #: at most this many passes over :data:`AXES`
 MAX_PASSES = 4
-#: the scheduler's defaults of options the descent varies: a set leaves them out
-_DEFAULTS = {"tail": "last", "first_stage_fraction": None}
+#: options a set leaves out when the descent sets them to the scheduler's default
+_DEFAULTS = {key: OPTIONS[key] for key in ("tail", "first_stage_fraction")}
 
 
 @dataclass
@@ -62,6 +63,12 @@ class Tuned:
     passes: int = 0  # the descent's passes over its axes (0: no descent)
 
 
+def default_options(fabric: Fabric, fixed: dict | None = None) -> dict:
+    """The scheduler's defaults told the fabric's stage cost, with the caller's ``fixed``
+    options on top: where the model starts (and all it runs untuned)."""
+    return {"stage_cost_bytes": fabric.stage_cost_bytes, **(fixed or {})}
+
+
 def candidate_options(fabric: Fabric, fixed: dict | None = None) -> list[dict]:
     """The first round's option sets, the default (``fixed`` + the fabric's stage cost)
     first.
@@ -72,7 +79,7 @@ def candidate_options(fabric: Fabric, fixed: dict | None = None) -> list[dict]:
     Duplicates are dropped.
     """
     fixed = dict(fixed or {})
-    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **fixed}
+    default = default_options(fabric, fixed)
     out, seen = [default], {_key(default)}
     for cap in _caps(default):
         for pen in TAIL_PENALTIES:
@@ -89,7 +96,7 @@ def descent_axes(fabric: Fabric, fixed: dict | None = None) -> list[tuple[tuple,
     :data:`AXES` order. A key ``fixed`` pins is not varied (the other key of a joint axis
     still is)."""
     fixed = dict(fixed or {})
-    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **fixed}
+    default = default_options(fabric, fixed)
     values = {
         "tail": TAIL_STAGES,
         "first_stage_fraction": FIRST_STAGE_FRACTIONS,

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from commbench.harness.results import RecordWriter
 from commbench.jobs import external
-from commbench.jobs import render as jobs
+from commbench.jobs.profile import load_profile
+from commbench.jobs.site import apply_site_file, placeholders, read_site_file, resolve_site
 from commbench.launch import find_mpiexec, local_env
 
 ITERS, WARMUP = 200, 20
@@ -32,11 +33,11 @@ CASES = (
 
 
 def osu_folder() -> str:
-    profile = jobs.load_profile("local")
-    _, table = jobs.read_site_file(None, os.environ)
-    _, file_values = jobs.apply_site_file(profile, table.get("local", {}), "site file")
-    places = jobs.placeholders(Path(sys.executable).parent)
-    return jobs.resolve_site(profile, {}, os.environ, file_values, 1, places)["osu"]
+    profile = load_profile("local")
+    _, table = read_site_file(None, os.environ)
+    _, file_values = apply_site_file(profile, table.get("local", {}), "site file")
+    places = placeholders(Path(sys.executable).parent)
+    return resolve_site(profile, {}, os.environ, file_values, 1, places)["osu"]
 
 
 def run(cmd: list[str], log: Path) -> None:

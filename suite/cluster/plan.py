@@ -172,8 +172,14 @@ class ClusterSpec:
 
     @property
     def stage_cost_bytes(self) -> int:
-        """FAST's ``stage_cost_bytes``: the stage cost in bytes one NIC carries meanwhile."""
-        return int(round(self.stage_cost_us * self.payload_GBps * 1e3))
+        """FAST's ``stage_cost_bytes``: the stage cost and the link's latency in TCP payload
+        bytes one NIC carries meanwhile (the cost model's formula; imported here, as every
+        rank imports this module and need not load the cost model)."""
+        from commbench.kernels.model.fabric import stage_cost_bytes
+
+        return stage_cost_bytes(
+            stage_us=self.stage_cost_us, latency_us=self.latency_us, GBps=self.payload_GBps
+        )
 
     def node(self, i: int) -> Node:
         ns = f"{self.prefix}-n{i}"

@@ -17,7 +17,6 @@ from commbench.harness.metrics import alltoallv_metric_bytes
 from commbench.kernels.cases import AllreduceCase, AlltoallvCase
 from commbench.kernels.dtypes import dtype_name, tolerance
 
-COLLECTIVES = ("allreduce", "alltoall", "alltoallv")
 #: ``-a`` default: max for all-to-allv (stragglers matter), avg otherwise (nccl-tests).
 DEFAULT_TIME_REDUCTION = {"allreduce": 1, "alltoall": 1, "alltoallv": 3}
 

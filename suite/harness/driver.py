@@ -22,12 +22,12 @@ from commbench.analysis import records
 from commbench.cluster.netns import current_fabric
 from commbench.errors import UsageError
 from commbench.harness import collectives, metrics, results
-from commbench.harness.backends import BACKENDS, check_backend_available, create_transport
+from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels.dtypes import dtype_name
-from commbench.kernels.registry import implementations, lookup
+from commbench.kernels.registry import BACKENDS, COLLECTIVES, implementations, lookup
 from commbench.units import parse_size, size_sweep
 
 OPS = ("sum", "prod", "max", "min")
@@ -146,10 +146,8 @@ def _scalar(text: str):
 def make_config(args: argparse.Namespace) -> Config:
     """Validate everything that needs no MPI; every rank reaches the same verdict."""
     coll = args.collective
-    if coll not in collectives.COLLECTIVES:
-        raise UsageError(
-            f"unknown collective {coll!r}: choose one of {', '.join(collectives.COLLECTIVES)}"
-        )
+    if coll not in COLLECTIVES:
+        raise UsageError(f"unknown collective {coll!r}: choose one of {', '.join(COLLECTIVES)}")
     if args.backend not in BACKENDS:
         raise UsageError(f"unknown backend {args.backend!r}: choose one of {', '.join(BACKENDS)}")
     if not args.impl:
@@ -236,7 +234,7 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def list_implementations(collective: str | None) -> int:
-    for spec in implementations(collective if collective in collectives.COLLECTIVES else None):
+    for spec in implementations(collective if collective in COLLECTIVES else None):
         notes = "" if spec.capturable else " [no -G]"
         if spec.gpu_dtypes is not None:
             notes += f" [on GPUs: {','.join(spec.gpu_dtypes)}]"

@@ -153,8 +153,7 @@ def parse_workload(spec: str) -> Workload:
     path, *opts = rest.split(",")
     if not path:
         raise UsageError(
-            f"workload {text!r}: give a trace file or a shipped trace, e.g. "
-            "trace:moe-megatron-4x8"
+            f"workload {text!r}: give a trace file or a shipped trace, e.g. trace:moe-megatron-4x8"
         )
     options: dict = {}
     for opt in opts:

@@ -2,8 +2,9 @@
 ``commbench import nccl-tests|rccl-tests|osu FILE... --out RESULTS``: the external
 baselines' output as commbench records (every file is parsed before anything is written).
 
-The logic is in :mod:`commbench.jobs.render`; this module parses flags, reads the environment and
-the site file, writes scripts and talks to ``sbatch``, ``squeue`` and ``sacct``.
+The logic is in the modules of :mod:`commbench.jobs` (profile, site, allocation, experiments,
+script, runs); this module parses flags, reads the environment and the site file, writes
+scripts and talks to ``sbatch``, ``squeue`` and ``sacct``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,25 @@ from pathlib import Path
 from commbench.errors import UsageError
 from commbench.harness import results
 from commbench.jobs import external
-from commbench.jobs import render as jobs
+from commbench.jobs.allocation import compute_allocation, parse_nodes
+from commbench.jobs.experiments import (
+    custom_experiment,
+    load_experiment,
+    load_experiments,
+    registered_implementations,
+)
+from commbench.jobs.profile import Profile, environ_name, load_profile, system_names
+from commbench.jobs.runs import SCRIPT_NAME, check_run_id, new_run_id, read_run_state, scan_runs
+from commbench.jobs.script import Job, render_job, write_job
+from commbench.jobs.site import (
+    DEFAULT_SITE_FILE,
+    apply_site_file,
+    placeholders,
+    read_site_file,
+    resolve_site,
+)
+from commbench.jobs.syntax import format_walltime, parse_walltime
+from commbench.kernels.registry import BACKENDS
 from commbench.units import format_size, parse_size
 
 
@@ -113,53 +132,54 @@ def _add_render_options(r: argparse.ArgumentParser) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     print("systems (jobs/systems/):")
-    for name in jobs.system_names():
-        p = jobs.load_profile(name)
-        launchers = ",".join(sorted(p.launchers))
+    for name in system_names():
+        p = load_profile(name)
+        dev = p.devices
+        launchers = ",".join(sorted(p.launch.launchers))
         print(
-            f"  {name:12s} {p.backend:5s} {p.gpus_per_node}x {p.model:20s} "
+            f"  {name:12s} {dev.backend:5s} {dev.gpus_per_node}x {dev.model:20s} "
             f"launchers {launchers:14s} {p.description}"
         )
     print("experiments (jobs/experiments.toml):")
-    for name, exp in jobs.load_experiments().items():
-        print(f"  {name:14s} {jobs.format_walltime(exp.walltime_s)}  {exp.description}")
+    for name, exp in load_experiments().items():
+        print(f"  {name:14s} {format_walltime(exp.walltime_s)}  {exp.description}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    p = jobs.load_profile(args.system)
-    site_path, site_data = jobs.read_site_file(args.site_file, os.environ)
-    p, file_values = jobs.apply_site_file(p, site_data.get(p.name, {}), str(site_path))
+    p = load_profile(args.system)
+    site_path, site_data = read_site_file(args.site_file, os.environ)
+    p, file_values = apply_site_file(p, site_data.get(p.name, {}), str(site_path))
+    dev, res, limits = p.devices, p.resources, p.limits
+    servers = dev.servers_per_node
     out = [
         f"{p.name}: {p.description}",
         f"  profile     {p.path}",
-        f"  devices     {p.gpus_per_node}x {p.vendor} {p.model}, backend {p.backend}"
-        + (f", {p.servers_per_node} emulated servers per node" if p.servers_per_node > 1 else ""),
-        f"  nics        {p.nic_model}",
-        f"  launchers   {', '.join(sorted(p.launchers))} (default {p.launcher})",
-        f"  resources   -c {p.cpus_per_task or 'unset'}, GPUs via {p.gpu_option}, exclusive {p.exclusive}",
-        f"  forbidden   {', '.join('--' + o for o in p.forbidden) or 'none'}",
-        f"  modules     {' '.join(p.modules) or 'none'}",
-        f"  limits      max_nodes {p.limits.max_nodes}, max_walltime "
-        + (jobs.format_walltime(p.limits.max_walltime_s) if p.limits.max_walltime_s else "none"),
+        f"  devices     {dev.gpus_per_node}x {dev.vendor} {dev.model}, backend {dev.backend}"
+        + (f", {servers} emulated servers per node" if servers > 1 else ""),
+        f"  nics        {p.nics.model}",
+        f"  launchers   {', '.join(sorted(p.launch.launchers))} (default {p.launch.default})",
+        f"  resources   -c {res.cpus_per_task or 'unset'}, GPUs via {res.gpu_option}, "
+        f"exclusive {res.exclusive}",
+        f"  forbidden   {', '.join('--' + o for o in res.forbidden) or 'none'}",
+        f"  modules     {' '.join(p.run.modules) or 'none'}",
+        f"  limits      max_nodes {limits.max_nodes}, max_walltime "
+        + (format_walltime(limits.max_walltime_s) if limits.max_walltime_s else "none"),
     ]
-    for kind, table in (("partition", p.partition_limits), ("qos", p.qos_limits)):
+    for kind, table in (("partition", limits.partition), ("qos", limits.qos)):
         for name, lim in table.items():
-            wall = jobs.format_walltime(lim.max_walltime_s) if lim.max_walltime_s else "none"
+            wall = format_walltime(lim.max_walltime_s) if lim.max_walltime_s else "none"
             out.append(
                 f"              {kind} {name}: max_nodes {lim.max_nodes}, max_walltime {wall}"
             )
     out.append("  env         " + " ".join(f"{k}={v}" for k, v in p.env.items()))
     if p.env_multinode:
         out.append("  multi-node  " + " ".join(f"{k}={v}" for k, v in p.env_multinode.items()))
-    out.append(
-        "  fabric      " + ", ".join(f"{f}={getattr(p.fabric, f)}" for f in jobs.FABRIC_FIELDS)
-    )
-    out.append(
-        f"  site values (flag --set KEY=VALUE, env COMMBENCH_KEY, or {jobs.DEFAULT_SITE_FILE}):"
-    )
-    for name, key in p.site.items():
-        env_value = os.environ.get(key.environ_name)
+    constants = p.fabric.model_dump(exclude={"sources"})
+    out.append("  fabric      " + ", ".join(f"{k}={v}" for k, v in constants.items()))
+    out.append(f"  site values (flag --set KEY=VALUE, env COMMBENCH_KEY, or {DEFAULT_SITE_FILE}):")
+    for name, key in p.site_keys.items():
+        env_value = os.environ.get(environ_name(name))
         source, value = (
             ("environment", env_value)
             if env_value
@@ -193,30 +213,28 @@ def _site_flags(args: argparse.Namespace) -> dict[str, str]:
     return given
 
 
-def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[jobs.Job]:
+def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[Job]:
     """Every job the flags describe (one per node count), not yet written."""
-    profile = jobs.load_profile(args.system)
-    site_path, site_data = jobs.read_site_file(args.site_file, environ)
-    unknown = sorted(set(site_data) - set(jobs.system_names()))
+    profile = load_profile(args.system)
+    site_path, site_data = read_site_file(args.site_file, environ)
+    unknown = sorted(set(site_data) - set(system_names()))
     if unknown:
         raise UsageError(
-            f"{site_path}: [{unknown[0]}] is not a system ({', '.join(jobs.system_names())})"
+            f"{site_path}: [{unknown[0]}] is not a system ({', '.join(system_names())})"
         )
-    profile, file_values = jobs.apply_site_file(
-        profile, site_data.get(profile.name, {}), str(site_path)
-    )
-    available = jobs.registered_implementations()
+    profile, file_values = apply_site_file(profile, site_data.get(profile.name, {}), str(site_path))
+    available = registered_implementations()
     if args.experiment and (args.collective or args.impl or args.workload or args.datatype):
         raise UsageError("give --experiment NAME or run options (--collective ...), not both")
     if args.experiment:
-        experiment = jobs.load_experiment(args.experiment)
+        experiment = load_experiment(args.experiment)
     elif args.collective:
-        experiment = jobs.custom_experiment(
+        experiment = custom_experiment(
             args.collective,
             [s for s in (args.impl or "").split(",") if s],
-            profile.backend,
+            profile.devices.backend,
             available,
-            walltime_s=jobs.parse_walltime(args.time or "00:30:00"),
+            walltime_s=parse_walltime(args.time or "00:30:00"),
             min=format_size(parse_size(args.minbytes)),
             max=format_size(parse_size(args.maxbytes)),
             factor=args.stepfactor,
@@ -228,27 +246,25 @@ def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[jobs.Job]:
         )
     else:
         raise UsageError("give --experiment NAME (commbench jobs list) or --collective and --impl")
-    walltime = jobs.parse_walltime(args.time) if args.time else experiment.walltime_s
+    walltime = parse_walltime(args.time) if args.time else experiment.walltime_s
     bindir = Path(sys.executable).parent
     results_root = (args.results or Path("results")).resolve()
     given = _site_flags(args)
-    node_counts = jobs.parse_nodes(args.nodes)
+    node_counts = parse_nodes(args.nodes)
     if args.run_id:
-        jobs.check_run_id(args.run_id)
+        check_run_id(args.run_id)
     out = []
     for nodes in node_counts:
-        site = jobs.resolve_site(
-            profile, given, environ, file_values, nodes, jobs.placeholders(bindir)
-        )
-        alloc = jobs.compute_allocation(
+        site = resolve_site(profile, given, environ, file_values, nodes, placeholders(bindir))
+        alloc = compute_allocation(
             profile, nodes, walltime, args.tasks_per_node, args.cpus_per_task
         )
         if args.run_id:
             run_id = args.run_id if len(node_counts) == 1 else f"{args.run_id}-n{nodes}"
         else:
-            run_id = jobs.new_run_id(experiment.name, nodes)
+            run_id = new_run_id(experiment.name, nodes)
         out.append(
-            jobs.render_job(
+            render_job(
                 profile,
                 experiment,
                 alloc,
@@ -264,10 +280,10 @@ def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[jobs.Job]:
     return out
 
 
-def _write_all(rendered: list[jobs.Job]) -> list[Path]:
+def _write_all(rendered: list[Job]) -> list[Path]:
     paths = []
     for job in rendered:
-        path = jobs.write_job(job)
+        path = write_job(job)
         for line in job.skipped:
             print(f"commbench jobs: {job.run_id}: skipped {line}", file=sys.stderr)
         paths.append(path)
@@ -292,7 +308,7 @@ def _need(program: str) -> str:
     return found
 
 
-def slurm_client(profile: jobs.Profile, nodes: int = 0) -> list[str]:
+def slurm_client(profile: Profile, nodes: int = 0) -> list[str]:
     """The words before a Slurm client command for ``profile``: nothing on a real
     cluster; on ``local-cluster``, entering the emulated cluster (refused in one line if
     it, or its Slurm, is not running, or has fewer than ``nodes`` nodes)."""
@@ -312,8 +328,8 @@ def slurm_client(profile: jobs.Profile, nodes: int = 0) -> list[str]:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     sbatch = _need("sbatch")
-    profile = jobs.load_profile(args.system)
-    client = slurm_client(profile, max(jobs.parse_nodes(args.nodes)))
+    profile = load_profile(args.system)
+    client = slurm_client(profile, max(parse_nodes(args.nodes)))
     rendered = render_jobs(args)
     status = 0
     for job, path in zip(rendered, _write_all(rendered), strict=True):
@@ -377,9 +393,9 @@ def queue_states(job_ids: list[str], client: list[str] = ()) -> dict[str, str]:
 
 def _find_run(results_root: Path, run: str) -> Path:
     path = Path(run)
-    if (path / jobs.SCRIPT_NAME).is_file():
+    if (path / SCRIPT_NAME).is_file():
         return path
-    matches = sorted(results_root.glob(f"*/{run}/{jobs.SCRIPT_NAME}"))
+    matches = sorted(results_root.glob(f"*/{run}/{SCRIPT_NAME}"))
     if not matches:
         raise UsageError(f"no run {run!r} under {results_root} (commbench jobs status lists them)")
     return matches[0].parent
@@ -388,10 +404,10 @@ def _find_run(results_root: Path, run: str) -> Path:
 def _status_client(system: str) -> list[str] | None:
     """The words that reach the Slurm that ran ``system``'s jobs; None when that is an
     emulated cluster's Slurm that no longer runs (nothing to ask)."""
-    if system not in jobs.system_names():
+    if system not in system_names():
         return []
     try:
-        return slurm_client(jobs.load_profile(system))
+        return slurm_client(load_profile(system))
     except UsageError:
         return None
 
@@ -399,9 +415,9 @@ def _status_client(system: str) -> list[str] | None:
 def cmd_status(args: argparse.Namespace) -> int:
     results_root = (args.results or Path("results")).resolve()
     if args.run:
-        states = [jobs.read_run_state(_find_run(results_root, args.run))]
+        states = [read_run_state(_find_run(results_root, args.run))]
     else:
-        states = jobs.scan_runs(results_root)
+        states = scan_runs(results_root)
         if not states:
             print(f"no rendered jobs under {results_root}")
             return 0
@@ -445,7 +461,7 @@ def _add_import_parser(sub) -> None:
     p.add_argument("--nranks", type=int, help="ranks of the run (OSU does not print it)")
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--backend", choices=("cpu", "cuda", "rocm"))
+    p.add_argument("--backend", choices=BACKENDS)
     p.add_argument("--system", help="default: $COMMBENCH_SYSTEM, else 'unknown'")
     p.add_argument("--run-id", help="default: $COMMBENCH_RUN_ID")
     p.set_defaults(func=run_import)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from commbench.harness.metrics import algbw_GBps, busbw_factor
+from commbench.kernels.registry import BACKENDS
 
 TOOLS = ("nccl-tests", "rccl-tests", "osu")
 #: The site value (a folder holding the binaries) each tool is found through.
@@ -23,7 +24,7 @@ SITE_KEYS = {"nccl-tests": "nccl_tests", "rccl-tests": "rccl_tests", "osu": "osu
 TOOL_BACKENDS = {
     "nccl-tests": ("cuda",),
     "rccl-tests": ("rocm",),
-    "osu": ("cpu", "cuda", "rocm"),
+    "osu": BACKENDS,
 }
 NCCL_TESTS_BINARIES = {
     "all_reduce_perf": "allreduce",

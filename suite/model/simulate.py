@@ -1,7 +1,7 @@
 """The cost model's predictions as result records (what ``commbench simulate`` writes).
 
 Fabric constants come from the system profile's ``[fabric]`` table
-(``jobs/systems/NAME.toml``, loaded by :func:`commbench.jobs.render.load_profile`) and can be
+(``jobs/systems/NAME.toml``, loaded by :func:`commbench.jobs.profile.load_profile`) and can be
 overridden. Records have the measured records' schema with ``backend = "model"``,
 ``modelled = true`` and the constants used in ``fabric``.
 """
@@ -42,60 +42,25 @@ OVERRIDES = {
     "put_us": "put_us",
     "switch_buffer_MB": "switch_buffer_MB",
 }
-#: optional profile ``[fabric]`` keys read when present (else the Fabric default)
-_OPTIONAL_PROFILE_KEYS = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB")
 
 
 def fabric_from_profile(
     name: str,
     gpus_per_node: int | None = None,
     flow_control: str | None = None,
-    **overrides,
+    **overrides: float | None,
 ) -> Fabric:
-    """The cost-model :class:`Fabric` of profile ``name``, with overrides applied.
-
-    The profile gives ``scaleout_GBps`` per NIC and ``nics_per_node`` NICs; the model has
-    one NIC per GPU, so a GPU's share is ``scaleout_GBps * nics_per_node / gpus_per_node``.
-    With one GPU per node there is no scale-up tier (its constants are not used).
-    ``incast`` is the profile's ``incast_<flow_control>`` (default: its ``flow_control``).
-    """
-    from commbench.jobs.render import load_profile
+    """The cost-model :class:`Fabric` of system ``name``: its profile's ``[fabric]`` for
+    ``gpus_per_node`` GPUs per node (default: the profile's) and ``flow_control``, with
+    overrides applied (:meth:`commbench.kernels.model.fabric_table.FabricTable.per_gpu`)."""
+    from commbench.jobs.profile import load_profile
 
     profile = load_profile(name)
-    f = profile.fabric
-    g_profile = profile.gpus_per_node
-    g = g_profile if gpus_per_node is None else gpus_per_node
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+    g = gpus_per_node
+    if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
         raise UsageError(f"--gpus-per-node must be an integer >= 1 (got {g!r})")
-    up, peer = f.scaleup_GBps, f.scaleup_peer_GBps
-    if g == 1 and not up:
-        up = peer = math.inf
-    values = {
-        "gpus_per_node": g,
-        "nic_GBps": f.scaleout_GBps * f.nics_per_node / g_profile,
-        "nic_us": f.scaleout_latency_us,
-        "scaleup_GBps": up,
-        "scaleup_peer_GBps": peer,
-        "scaleup_us": f.scaleup_latency_us,
-        "stage_us": f.stage_cost_us,
-    }
-    for key in _OPTIONAL_PROFILE_KEYS:
-        if getattr(f, key, None) is not None:
-            values[key] = getattr(f, key)
-    if getattr(f, "nccl_ll128", None) is not None:
-        values["nccl_ll128"] = f.nccl_ll128
-    case = flow_control or getattr(f, "flow_control", None)
-    if case is not None:
-        coefficient = getattr(f, f"incast_{case}", None)
-        if coefficient is None:
-            raise UsageError(
-                f"system {name!r} has no incast_{case} in its [fabric]: add it (with its "
-                "source) or choose the other --flow-control"
-            )
-        values["incast"] = coefficient
-    values.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return Fabric(**values)
+        return profile.fabric.per_gpu(profile.devices.gpus_per_node, g, flow_control, **overrides)
     except ValueError as exc:
         raise UsageError(f"system {name!r}: {exc}") from None
 
@@ -237,7 +202,6 @@ def fast_schedule(
     """The FAST schedule the model evaluates: ``params`` + the fabric's stage cost, or
     (``tune``) the fastest of the model's candidates around them."""
     opts = {k: None if str(v).lower() == "none" else v for k, v in params.items()}
-    default = {"stage_cost_bytes": fabric.stage_cost_bytes, **opts}
     try:
         return tune_model.tune_fast(
             traffic,
@@ -245,7 +209,7 @@ def fast_schedule(
             fabric,
             unit=unit,
             fixed=opts,
-            candidates=None if tune else [default],
+            candidates=None if tune else [tune_model.default_options(fabric, opts)],
             progress=progress,
         )
     except TypeError as exc:

@@ -14,6 +14,7 @@ numbers in the table. The papers' numbers are ``results/reference/*.csv``.
 from __future__ import annotations
 
 from commbench.kernels.model import allreduce as ar
+from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS
 from commbench.model.simulate import alltoallv_points, fabric_from_profile
 from commbench.units import format_size
 
@@ -219,19 +220,16 @@ def scale_rows(summary: list | None = None) -> list[str]:
 
 
 def constants_rows() -> list[str]:
-    from commbench.jobs.render import FABRIC_OPTIONAL, load_profile
+    from commbench.jobs.profile import load_profile
 
     out = ["## Constants and their sources", "",
            "Each profile's `[fabric]` as the model used it (`jobs/systems/NAME.toml`). "
            "NCCL's protocol and algorithm constants are those of NVIDIA/nccl "
            "`src/graph/tuning.cc` (`kernels/model/nccl.py`).", ""]  # fmt: skip
-    keys = ("scaleup_GBps", "scaleup_peer_GBps", "scaleup_latency_us", "scaleout_GBps",
-            "scaleout_latency_us", "nics_per_node", "stage_cost_us", *FABRIC_OPTIONAL,
-            "flow_control", "nccl_ll128")  # fmt: skip
     for name in PROFILES:
         fab = load_profile(name).fabric
         out += [f"### {name}", "", "| constant | value | source |", "|---|---|---|"]
-        for k in keys:
+        for k in FABRIC_CONSTANTS:
             v = getattr(fab, k)
             if v is None:
                 continue

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from commbench.errors import UsageError
 from commbench.harness.topology import Topology
-
-BACKENDS = ("cpu", "cuda", "rocm")
+from commbench.kernels.registry import BACKENDS, GPU_BACKENDS
 
 
 def create_transport(name: str, topo: Topology):
@@ -17,7 +16,7 @@ def create_transport(name: str, topo: Topology):
         from commbench.harness.backends.cpu import CpuTransport
 
         return CpuTransport(topo)
-    if name in ("cuda", "rocm"):
+    if name in GPU_BACKENDS:
         from commbench.harness.backends.gpu import GpuTransport
 
         return GpuTransport(topo, flavour=name)

@@ -1,0 +1,118 @@
+"""A system profile's ``[fabric]`` table (``jobs/systems/NAME.toml``) as a validated model,
+and its conversion into the cost model's per-GPU :class:`~commbench.kernels.model.fabric.Fabric`.
+
+It lives here, at the bottom of the package, because the cost model reads it (the rest
+of the profile is :class:`commbench.jobs.profile.Profile`), and apart from
+:mod:`commbench.kernels.model.fabric` so that the cost model, and what imports it, does not
+load pydantic.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import pydantic
+from pydantic import BaseModel, Field
+
+from commbench.kernels.model.fabric import Fabric
+
+#: TOML tables as pydantic models: unknown keys are errors, values are never coerced
+#: between types (a quoted number stays an error), a parsed table is immutable.
+STRICT = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class FabricTable(BaseModel):
+    """``[fabric]`` of a system profile: its interconnect's constants.
+
+    Bandwidths are usable payload GB/s (1e9 bytes) per direction; latencies are the
+    per-message start-up cost (alpha) in microseconds.
+
+    - ``scaleup_GBps``: one GPU to the other GPUs of its node, all links together;
+      ``scaleup_peer_GBps``: one GPU to one peer (equal to it behind a switch);
+      0 for both when a node has one GPU (no scale-up tier).
+    - ``scaleout_GBps``: one NIC (``nics_per_node`` of them per node, rail-aligned
+      when there is one per GPU).
+    - ``stage_cost_us``: fixed cost of one FAST stage (synchronisation and launch).
+    - optional mechanisms (``None``: the model's default): ``msg_us`` (host cost per
+      posted message), ``proxy_us`` (one pass through NCCL/RCCL's network proxy thread),
+      ``put_us`` (one NVSHMEM put through its transport), ``reduce_GBps``;
+      ``switch_buffer_MB`` (a receiving port's share of the switch buffer) with
+      ``incast_lossless`` / ``incast_lossy`` (loss per extra sender once it overflows)
+      and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
+      (false where NCCL disables its LL128 protocol: GPU-NIC path through the CPU).
+    - ``sources``: for each constant, where its value comes from (a published
+      measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
+    """
+
+    model_config = STRICT
+
+    scaleup: str
+    scaleup_GBps: float = Field(ge=0)
+    scaleup_peer_GBps: float = Field(ge=0)
+    scaleup_latency_us: float = Field(ge=0)
+    scaleout: str
+    scaleout_GBps: float = Field(ge=0)
+    scaleout_latency_us: float = Field(ge=0)
+    nics_per_node: int = Field(ge=1)
+    stage_cost_us: float = Field(ge=0)
+    msg_us: float | None = Field(None, ge=0)
+    proxy_us: float | None = Field(None, ge=0)
+    put_us: float | None = Field(None, ge=0)
+    reduce_GBps: float | None = Field(None, ge=0)
+    switch_buffer_MB: float | None = Field(None, ge=0)
+    incast_lossless: float | None = Field(None, ge=0)
+    incast_lossy: float | None = Field(None, ge=0)
+    flow_control: Literal["lossless", "lossy"] | None = None
+    nccl_ll128: bool | None = None
+    sources: dict[str, str] = {}
+
+    def per_gpu(
+        self,
+        node_gpus: int,
+        gpus_per_node: int | None = None,
+        flow_control: str | None = None,
+        **overrides: float | None,
+    ) -> Fabric:
+        """The cost model's :class:`Fabric` of this table on nodes of ``node_gpus`` GPUs
+        (the profile's), modelled with ``gpus_per_node`` of them (default: all).
+
+        The table gives ``scaleout_GBps`` per NIC and ``nics_per_node`` NICs; the model has
+        one NIC per GPU, so a GPU's share is ``scaleout_GBps * nics_per_node / node_gpus``.
+        With one GPU per node there is no scale-up tier (its constants are not used).
+        ``incast`` is ``incast_<flow_control>`` (default: the table's ``flow_control``).
+        ``overrides`` replace constants of the :class:`Fabric` (None: not replaced).
+        ``ValueError`` on a bad value or a missing incast case.
+        """
+        g = node_gpus if gpus_per_node is None else gpus_per_node
+        up, peer = self.scaleup_GBps, self.scaleup_peer_GBps
+        if g == 1 and not up:
+            up = peer = math.inf
+        values = {
+            "gpus_per_node": g,
+            "nic_GBps": self.scaleout_GBps * self.nics_per_node / node_gpus,
+            "nic_us": self.scaleout_latency_us,
+            "scaleup_GBps": up,
+            "scaleup_peer_GBps": peer,
+            "scaleup_us": self.scaleup_latency_us,
+            "stage_us": self.stage_cost_us,
+        }
+        optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB", "nccl_ll128")
+        values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
+        case = flow_control or self.flow_control
+        if case is not None:
+            coefficient = getattr(self, f"incast_{case}", None)
+            if coefficient is None:
+                raise ValueError(
+                    f"[fabric] has no incast_{case}: add it (with its source) or choose the "
+                    "other flow control"
+                )
+            values["incast"] = coefficient
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return Fabric(**values)
+
+
+#: The ``[fabric]`` keys that hold a constant, each with its source in ``[fabric.sources]``.
+FABRIC_CONSTANTS = tuple(
+    k for k in FabricTable.model_fields if k not in ("scaleup", "scaleout", "sources")
+)
