@@ -86,8 +86,11 @@ def check_output_path(path: str | os.PathLike, flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{flag} {path}: is a directory; give a file name inside it")
-    if p.exists() and stat.S_ISFIFO(p.stat().st_mode):
-        return
+    try:  # one look: another rank's check may create and remove the file meanwhile
+        if stat.S_ISFIFO(p.stat().st_mode):
+            return
+    except FileNotFoundError:
+        pass
     folder = p.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
