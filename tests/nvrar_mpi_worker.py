@@ -1,12 +1,17 @@
-"""Multi-rank checks of the all-reduce implementations (started under mpiexec by
-tests/test_nvrar_mpi.py and tests/test_allreduce_algorithms.py; prints one JSON line on
-rank 0). Builds Topology + CpuTransport directly on sub-communicators, so one launch
-covers many (nodes, gpus_per_node) shapes.
+"""Multi-rank checks of the all-reduce implementations (started under mpiexec by the
+``allreduce_checks`` fixture of tests/conftest.py for tests/test_nvrar_mpi.py and
+tests/test_allreduce_algorithms.py). Builds Topology + CpuTransport directly on
+sub-communicators (the first ranks of the job), so one launch covers many
+(nodes, gpus_per_node) shapes and several checks.
 
-Modes:
+    mpiexec -n 12 python tests/nvrar_mpi_worker.py TASK [-- TASK ...]
+
+Tasks, run in turn; rank 0 prints one ``RESULT {json}`` line for each, in order:
   matrix IMPL[,IMPL...] SHAPES   compare with MPI_Allreduce; SHAPES like 3x2,5x1 (N x G)
   repeat N G CALLS               consecutive nvrar calls without clearing, two sizes
   timeout N ABSENT               rank ABSENT never calls nvrar; the others must time out
+Ranks without a part in a task (or a shape) wait for the others without spinning, so
+they leave the cores to the ranks that work.
 """
 
 from __future__ import annotations
@@ -33,8 +38,23 @@ EPS = {"float32": 2.0**-22, "float16": 2.0**-9, "bfloat16": 2.0**-6}
 
 
 def sub_world(nranks: int):
+    """The first ``nranks`` ranks (``MPI.COMM_NULL`` on the others); collective over WORLD,
+    entered by every rank at once (:func:`quiet_barrier` first)."""
+    quiet_barrier()
+    if nranks > WORLD.size:
+        raise SystemExit(f"needs {nranks} ranks, the job has {WORLD.size}")
     color = 0 if WORLD.rank < nranks else MPI.UNDEFINED
     return WORLD.Split(color, WORLD.rank)
+
+
+def quiet_barrier() -> None:
+    """A barrier over WORLD that sleeps between polls: a rank waiting here for a check it
+    has no part in does not spin (12 ranks share 2 cores)."""
+    req = WORLD.Ibarrier()
+    pause = 1e-4
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, 5e-3)
 
 
 def impl_factory(spec: str):
@@ -51,8 +71,21 @@ def inputs(rank: int, count: int, dtype: np.dtype, rep: int) -> np.ndarray:
     return rng.standard_normal(count).astype(dtype)
 
 
-def check_case(t: CpuTransport, spec: str, impl, dtype: np.dtype, count: int, op: str, rep: int):
-    """Problems (strings) of one call of ``impl`` against MPI_Allreduce."""
+def reference(t: CpuTransport, send: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray]:
+    """MPI_Allreduce's answer for ``send`` and the sum of absolute values (the tolerance)."""
+    ref = np.empty_like(send)
+    t.allreduce(send, ref, op, "world")
+    absum = np.empty(len(send), np.float64)
+    t.topo.world.Allreduce(np.abs(send.astype(np.float64)), absum, op=MPI.SUM)
+    return ref, absum
+
+
+def check_case(
+    t: CpuTransport, spec: str, impl, dtype: np.dtype, count: int, op: str, rep: int,
+    refs: dict | None = None,
+):  # fmt: skip
+    """Problems (strings) of one call of ``impl`` against MPI_Allreduce. ``refs`` keeps
+    MPI's answers for the next implementation on the same ranks (the same inputs)."""
     topo = t.topo
     send = inputs(topo.rank, count, dtype, rep)
     if op == "prod" and dtype.kind == "f":
@@ -60,10 +93,11 @@ def check_case(t: CpuTransport, spec: str, impl, dtype: np.dtype, count: int, op
     case = AllreduceCase(send, np.full(count, 7, dtype=dtype), count, dtype, op)
     impl.setup(case)
     impl.run(case)
-    ref = np.empty(count, dtype=dtype)
-    t.allreduce(send, ref, op, "world")
-    absum = np.empty(count, np.float64)
-    topo.world.Allreduce(np.abs(send.astype(np.float64)), absum, op=MPI.SUM)
+    refs = {} if refs is None else refs
+    key = (str(dtype), count, op, rep)
+    if key not in refs:
+        refs[key] = reference(t, send, op)
+    ref, absum = refs[key]
     got64, ref64 = case.recv.astype(np.float64), ref.astype(np.float64)
     where = f"{spec} N={topo.nodes} G={topo.gpus_per_node} {dtype} n={count} op={op} rep={rep}"
     problems = []
@@ -90,6 +124,7 @@ def matrix(impl_specs: list[str], shapes: list[tuple[int, int]]) -> dict:
             continue
         topo = Topology.create(comm, gpus_per_node=g)
         t = CpuTransport(topo)
+        refs: dict = {}  # MPI's answers, computed for the first implementation only
         for spec in impl_specs:
             factory, params = impl_factory(spec)
             impl = factory(t, params)
@@ -98,7 +133,7 @@ def matrix(impl_specs: list[str], shapes: list[tuple[int, int]]) -> dict:
                 for count in COUNTS:
                     for op in ops:
                         for rep in range(2):  # new data, same buffers: no stale answers
-                            problems += check_case(t, spec, impl, dtype, count, op, rep)
+                            problems += check_case(t, spec, impl, dtype, count, op, rep, refs)
                             cases += 1
             if hasattr(impl, "close"):
                 impl.close()
@@ -109,7 +144,10 @@ def matrix(impl_specs: list[str], shapes: list[tuple[int, int]]) -> dict:
 
 
 def repeat(nodes: int, g: int, calls: int) -> dict:
-    topo = Topology.create(WORLD, gpus_per_node=g)
+    comm = sub_world(nodes * g)
+    if comm == MPI.COMM_NULL:
+        return {}
+    topo = Topology.create(comm, gpus_per_node=g)
     t = CpuTransport(topo)
     impl = lookup("allreduce", "nvrar").factory(t, {"timeout_s": 30})
     p, r = topo.size, topo.rank
@@ -130,8 +168,10 @@ def repeat(nodes: int, g: int, calls: int) -> dict:
         wrong += int(np.count_nonzero(case.recv != want))
     elapsed = time.perf_counter() - t0
     seqs = sorted(w.seq for w in impl.rail._windows.values()) if impl.rail else []
-    out = WORLD.gather({"wrong": wrong, "seqs": seqs, "s": elapsed})
+    out = comm.gather({"wrong": wrong, "seqs": seqs, "s": elapsed})
     impl.close()
+    topo.free()
+    comm.Free()
     if WORLD.rank:
         return {}
     return {
@@ -142,7 +182,10 @@ def repeat(nodes: int, g: int, calls: int) -> dict:
 
 
 def timeout(nodes: int, absent: int) -> dict:
-    topo = Topology.create(WORLD, gpus_per_node=1)
+    comm = sub_world(nodes)
+    if comm == MPI.COMM_NULL:
+        return {}
+    topo = Topology.create(comm, gpus_per_node=1)
     t = CpuTransport(topo)
     impl = lookup("allreduce", "nvrar").factory(t, {"timeout_s": 1.0})
     count = 64
@@ -161,24 +204,39 @@ def timeout(nodes: int, absent: int) -> dict:
         except NvrarTimeout as exc:
             result["error"] = str(exc)
         result["seconds"] = time.perf_counter() - t0
-    out = WORLD.gather(result)
-    WORLD.Barrier()
-    return {"ranks": out} if WORLD.rank == 0 else {}
+    out = comm.gather(result)
+    comm.Barrier()
+    if WORLD.rank == 0:
+        return {"ranks": out}
+    return {}
 
 
-def main(argv: list[str]) -> None:
+def task(argv: list[str]) -> dict:
     mode = argv[0]
     if mode == "matrix":
         shapes = [tuple(int(x) for x in s.split("x")) for s in argv[2].split(",")]
-        res = matrix(argv[1].split(","), shapes)
-    elif mode == "repeat":
-        res = repeat(int(argv[1]), int(argv[2]), int(argv[3]))
-    elif mode == "timeout":
-        res = timeout(int(argv[1]), int(argv[2]))
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
-    if WORLD.rank == 0:
-        print("RESULT " + json.dumps(res), flush=True)
+        return matrix(argv[1].split(","), shapes)
+    if mode == "repeat":
+        return repeat(int(argv[1]), int(argv[2]), int(argv[3]))
+    if mode == "timeout":
+        return timeout(int(argv[1]), int(argv[2]))
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+def main(argv: list[str]) -> None:
+    tasks: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--":
+            tasks.append([])
+        else:
+            tasks[-1].append(arg)
+    for args in tasks:
+        t0 = time.perf_counter()
+        res = task(args)
+        quiet_barrier()
+        if WORLD.rank == 0:
+            res["task_seconds"] = round(time.perf_counter() - t0, 2)
+            print("RESULT " + json.dumps(res), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,24 +3,19 @@ backend: equal to MPI_Allreduce for 1..8 ranks, odd and even counts, every dtype
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from commbench.kernels.baselines._allreduce import block_bounds
-from tests.mpirun import run_mpi
+
+#: Run by tests/nvrar_mpi_worker.py in the job the ``allreduce_checks`` fixture starts.
+ALLREDUCE_CHECKS = {
+    "baselines": (8, ["matrix", "ring,recursive-doubling,rabenseifner",
+                      ",".join(f"{p}x1" for p in range(1, 9))]),
+}  # fmt: skip
 
 
-def test_baselines_equal_mpi_allreduce_for_1_to_8_ranks():
-    shapes = ",".join(f"{p}x1" for p in range(1, 9))
-    proc = run_mpi(
-        8,
-        ["tests/nvrar_mpi_worker.py", "matrix", "ring,recursive-doubling,rabenseifner", shapes],
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    res = json.loads(line[len("RESULT ") :])
+def test_baselines_equal_mpi_allreduce_for_1_to_8_ranks(allreduce_checks):
+    res = allreduce_checks["baselines"]
     assert res["problems"] == []
     assert res["cases"] == 8 * 3 * (3 * 3 * 2 + 3 * 2 * 2)  # shapes x impls x dtype/count/op/rep
 

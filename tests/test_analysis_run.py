@@ -7,7 +7,6 @@ import pytest
 from commbench.analysis.figures import FIGURES, empty_message
 from commbench.analysis.load import load_all, load_reference
 from commbench.analysis.report import write_report
-from tests.mpirun import run_mpi
 
 RUNS = [
     ("allreduce", "mpi", ["-d", "bf16", "-b", "64K", "-e", "256K"]),
@@ -17,15 +16,21 @@ RUNS = [
 ]
 
 
+#: The four runs (label -> (ranks, ARGS)), one ``commbench run`` each, into one records
+#: file, in one 4-rank job (the ``driver_runs`` fixture).
+DRIVER_RUNS = {
+    f"real/{collective}/{impl}": (4, [
+        collective, "--impl", impl, "--gpus-per-node", "2", *flags, "-n", "3", "-w", "1",
+        "-c", "1", "--out", "{tmp}/real/results.jsonl"])
+    for collective, impl, flags in RUNS
+}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def real_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("real") / "results.jsonl"
-    for collective, impl, flags in RUNS:
-        args = ["-m", "commbench", "run", collective, "--impl", impl, "--gpus-per-node", "2"]
-        args += [*flags, "-n", "3", "-w", "1", "-c", "1", "--out", str(out)]
-        proc = run_mpi(4, args, timeout=120)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return out.parent
+def real_results(driver_runs):
+    for label in DRIVER_RUNS:
+        driver_runs.stdout(label)
+    return driver_runs.tmp / "real"
 
 
 def test_real_results_load(real_results):

@@ -154,7 +154,7 @@ def test_a_nic_taken_down_mid_run_ends_the_job_with_the_rank_named(cluster, tmp_
     argv = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", PREFIX, "--state",
             str(folder), "--timeout", "90", "--", "commbench", "run", "alltoallv", "--impl",
             "fanout", "-b", "64K", "-e", "64M", "-f", "2", "-n", "20", "-w", "1",
-            "--watchdog", "8", "--out", str(out)]  # fmt: skip
+            "--watchdog", "4", "--out", str(out)]  # fmt: skip
     link = ["cluster", "fault", "--prefix", PREFIX, "--state", str(folder), "--link", "1/1"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)  # fmt: skip

@@ -25,10 +25,6 @@ RECORD_FIELDS = {
 }  # fmt: skip
 
 
-def commbench(nranks: int, *args: str, timeout: float = 120, **kw):
-    return run_mpi(nranks, ["-m", "commbench", "run", *args], timeout=timeout, **kw)
-
-
 def records(path) -> pd.DataFrame:
     return pd.read_json(path, lines=True)
 
@@ -37,39 +33,55 @@ def cpu_impls(collective: str) -> list[str]:
     return [s.name for s in implementations(collective) if "cpu" in s.backends]
 
 
+ALLREDUCE_SIZES = {
+    "int32": ("-b", "4", "-e", "36", "-i", "16"),
+    "bf16": ("-b", "2", "-e", "128K", "-f", "16"),
+}
+RESUME = ["allreduce", "--impl", "mpi", "-n", "2", "-w", "1", "--out", "{tmp}/resume.jsonl"]
+
+#: Every successful ``commbench run`` of this file (label -> (ranks, ARGS)), run through
+#: the CLI in one job with other files' 8-rank runs (the ``driver_runs`` fixture).
+DRIVER_RUNS = {
+    **{f"allreduce/{impl}/{dtype}": (8, [
+        "allreduce", "--impl", impl, "--gpus-per-node", "4", "-d", dtype, *sizes, "-n", "2",
+        "-w", "1", "--out", f"{{tmp}}/allreduce-{impl}.jsonl"])
+       for impl in cpu_impls("allreduce") for dtype, sizes in ALLREDUCE_SIZES.items()},
+    **{f"alltoallv/{impl}": (8, [
+        "alltoallv", "--impl", impl, "--gpus-per-node", "4", "-b", "1000", "-e", "64K", "-f",
+        "8", "-n", "2", "-w", "1", "--workload", "random@3",
+        "--out", f"{{tmp}}/alltoallv-{impl}.jsonl"])
+       for impl in cpu_impls("alltoallv")},
+    "fanout-done-when": (8, [
+        "alltoallv", "--impl", "fanout", "--gpus-per-node", "4", "-b", "1K", "-e", "1M",
+        "-c", "1", "--workload", "random", "--out", "{tmp}/F.jsonl"]),
+    "latency": (8, ["allreduce", "--impl", "mpi", "-b", "1K", "-e", "1K", "-n", "7",
+                    "--timing", "latency", "--out", "{tmp}/latency.jsonl"]),
+    "resume-first": (8, [*RESUME, "-b", "1K", "-e", "4K"]),
+    "resume-again": (8, [*RESUME, "-b", "1K", "-e", "16K", "--resume"]),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("impl", cpu_impls("allreduce"))
-def test_allreduce_implementations_match_mpi(tmp_path, impl):
-    out = tmp_path / "r.jsonl"
-    for dtype, sizes in (
-        ("int32", ("-b", "4", "-e", "36", "-i", "16")),
-        ("bf16", ("-b", "2", "-e", "128K", "-f", "16")),
-    ):
-        proc = commbench(8, "allreduce", "--impl", impl, "--gpus-per-node", "4", "-d", dtype,
-                         *sizes, "-n", "2", "-w", "1", "--out", str(out))  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-    df = records(out)
+def test_allreduce_implementations_match_mpi(driver_runs, impl):
+    for dtype in ALLREDUCE_SIZES:
+        driver_runs.stdout(f"allreduce/{impl}/{dtype}")
+    df = records(driver_runs.tmp / f"allreduce-{impl}.jsonl")
     assert len(df) == 3 + 5 and (df.nwrong == 0).all()
     assert set(df["count"]) >= {1, 5, 9}
 
 
 @pytest.mark.parametrize("impl", cpu_impls("alltoallv"))
-def test_alltoallv_implementations_byte_exact(tmp_path, impl):
-    out = tmp_path / "r.jsonl"
-    proc = commbench(8, "alltoallv", "--impl", impl, "--gpus-per-node", "4", "-b", "1000",
-                     "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--workload",
-                     "random@3", "--out", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    df = records(out)
+def test_alltoallv_implementations_byte_exact(driver_runs, impl):
+    driver_runs.stdout(f"alltoallv/{impl}")
+    df = records(driver_runs.tmp / f"alltoallv-{impl}.jsonl")
     assert len(df) == 3 and (df.nwrong == 0).all()
 
 
-def test_fanout_done_when_command_and_record_schema(tmp_path):
+def test_fanout_done_when_command_and_record_schema(driver_runs):
     """The issue's 'done when' command: one record per size, nwrong 0, full schema."""
-    out = tmp_path / "F.jsonl"
-    proc = commbench(8, "alltoallv", "--impl", "fanout", "--gpus-per-node", "4", "-b", "1K",
-                     "-e", "1M", "-c", "1", "--workload", "random", "--out", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    df = records(out)
+    stdout = driver_runs.stdout("fanout-done-when")
+    tmp = driver_runs.tmp
+    df = records(tmp / "F.jsonl")
     assert list(df.size_bytes) == [1024 << k for k in range(11)]
     assert (df.nwrong == 0).all()
     assert RECORD_FIELDS <= set(df.columns)
@@ -80,28 +92,22 @@ def test_fanout_done_when_command_and_record_schema(tmp_path):
     assert row.time_us == pytest.approx(row.time_us_max)  # -a 3 is alltoallv's default
     assert row.busbw_GBps == pytest.approx(row.algbw_GBps * 7 / 8)
     assert row.algbw_GBps == pytest.approx(row.metric_bytes / (row.time_us * 1e3))
-    raw = [json.loads(x) for x in (tmp_path / "F.raw.jsonl").read_text().splitlines()]
+    raw = [json.loads(x) for x in (tmp / "F.raw.jsonl").read_text().splitlines()]
     assert len(raw) == 11 and len(raw[0]["rank_time_us"]) == 8
-    assert "Avg bus bandwidth" in proc.stdout and "#wrong" in proc.stdout
+    assert "Avg bus bandwidth" in stdout and "#wrong" in stdout
 
 
-def test_latency_mode_keeps_samples(tmp_path):
-    out = tmp_path / "r.jsonl"
-    proc = commbench(4, "allreduce", "--impl", "mpi", "-b", "1K", "-e", "1K", "-n", "7",
-                     "--timing", "latency", "--out", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    raw = json.loads((tmp_path / "r.raw.jsonl").read_text())
-    assert len(raw["samples_us"]) == 4 and len(raw["samples_us"][0]) == 7
+def test_latency_mode_keeps_samples(driver_runs):
+    driver_runs.stdout("latency")
+    raw = json.loads((driver_runs.tmp / "latency.raw.jsonl").read_text())
+    assert len(raw["samples_us"]) == 8 and len(raw["samples_us"][0]) == 7
 
 
-def test_resume_skips_finished_points(tmp_path):
-    out = tmp_path / "r.jsonl"
-    args = ["allreduce", "--impl", "mpi", "-n", "2", "-w", "1", "--out", str(out)]
-    assert commbench(2, *args, "-b", "1K", "-e", "4K").returncode == 0
-    proc = commbench(2, *args, "-b", "1K", "-e", "16K", "--resume")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("(--resume: recorded before)") == 3
-    df = records(out)
+def test_resume_skips_finished_points(driver_runs):
+    driver_runs.stdout("resume-first")
+    stdout = driver_runs.stdout("resume-again")
+    assert stdout.count("(--resume: recorded before)") == 3
+    df = records(driver_runs.tmp / "resume.jsonl")
     assert sorted(df.size_bytes) == [1024, 2048, 4096, 8192, 16384]
 
 

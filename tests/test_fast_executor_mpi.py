@@ -1,7 +1,8 @@
 """FAST and the all-to-allv baselines under mpiexec, in one 8-rank launch
-(``tests/scripts/fast_alltoallv_check.py``): byte-exact parity with MPI_Alltoallv for
-G in {1, 2, 4, 8} and every workload and corner case; mismatched plans refused on every
-rank before anything is sent; 1000 calls with a new matrix each, without growth."""
+(``tests/scripts/fast_alltoallv_check.py``, a step of the ``driver_runs`` fixture's 8-rank
+job): byte-exact parity with MPI_Alltoallv for G in {1, 2, 4, 8} and every workload and
+corner case; mismatched plans refused on every rank before anything is sent; 1000 calls
+with a new matrix each, without growth."""
 
 from __future__ import annotations
 
@@ -9,21 +10,24 @@ import json
 
 import pytest
 
-from commbench.kernels.fast import warmup
-from tests.mpirun import ROOT, run_mpi
+from tests.mpirun import ROOT
 
 CALLS = 1000
 
+#: The check program's parts, in the 8-rank job the ``driver_runs`` fixture starts (label
+#: -> (ranks, ARGS)): its ranks start and load FAST's numba core once for several files.
+DRIVER_RUNS = {
+    "fast-executor-check": (8, [
+        "--script", str(ROOT / "tests" / "scripts" / "fast_alltoallv_check.py"),
+        "{tmp}/fast-executor/report.json", "{tmp}/fast-executor", "parity", "refuse", "churn",
+        "--calls", str(CALLS)]),
+}  # fmt: skip
+
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    warmup()  # compile or load the numba core here once, not in 8 ranks at a time
-    tmp = tmp_path_factory.mktemp("fastmpi")
-    out = tmp / "report.json"
-    proc = run_mpi(8, [str(ROOT / "tests/scripts/fast_alltoallv_check.py"), str(out), str(tmp),
-                       "parity", "refuse", "churn", "--calls", str(CALLS)], timeout=280)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(out.read_text())
+def report(driver_runs):
+    driver_runs.stdout("fast-executor-check")
+    return json.loads((driver_runs.tmp / "fast-executor" / "report.json").read_text())
 
 
 def test_byte_exact_with_mpi_alltoallv_for_every_node_size_and_workload(report):

@@ -20,9 +20,10 @@ from tests.mpirun import ROOT, run_mpi
 
 
 def run_args(*argv: str) -> argparse.Namespace:
+    """``commbench run ARGV...``'s arguments, as the driver's own parser reads them."""
     parser = argparse.ArgumentParser()
-    driver.add_parser(parser.add_subparsers())
-    return parser.parse_args(["run", *argv])
+    driver.add_arguments(parser)
+    return parser.parse_args(list(argv))
 
 
 @pytest.mark.parametrize(

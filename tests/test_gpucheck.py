@@ -36,7 +36,7 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
         fake("passes", "passes"),
         fake("not here", "not_here"),
         fake("raises", "raises"),
-        fake("hangs", "hangs", timeout_s=2),
+        fake("hangs", "hangs", timeout_s=1),
         fake("crashes", "crashes"),
         fake("hangs at exit", "hangs_at_exit", timeout_s=3),
         Check("skipped", 10, argv=(py, "-c", "raise SystemExit(9)"), skip="rccl runs on rocm"),
@@ -50,7 +50,7 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
     assert results["not here"].error == "NVSHMEM is NVIDIA-only (ROCm GPU)"
     assert results["raises"].status == FAILED and "3 of 100 differ" in results["raises"].error
     assert results["hangs"].status == FAILED
-    assert results["hangs"].error == "timed out after 2 s (killed)"
+    assert results["hangs"].error == "timed out after 1 s (killed)"
     assert results["hangs"].seconds < 10
     assert results["crashes"].status == FAILED and "crashed" in results["crashes"].error
     assert results["hangs at exit"].status == FAILED
@@ -72,19 +72,22 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
     assert any(line.startswith("failed") and "hangs  timed out" in line for line in text)
 
 
-def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path):
+def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path, monkeypatch):
+    # a check needs MIN_START_S (5 s) of budget left to start; 1 s here, so that the
+    # budget runs out 4 s sooner (what is checked does not depend on the value)
+    monkeypatch.setattr(gpucheck, "MIN_START_S", 1.0)
     checks = [fake("hangs", "hangs", timeout_s=300), fake("passes", "passes")]
-    results = run_all(checks, tmp_path, budget_s=7, echo=lambda _: None)
+    results = run_all(checks, tmp_path, budget_s=3, echo=lambda _: None)
     timed_out = re.match(r"timed out after ([\d.]+) s \(killed\)", results[0].error)
     assert results[0].status == FAILED and timed_out, results[0].error
-    assert 6 <= float(timed_out.group(1)) <= 7  # the budget left when it started, not 300 s
+    assert 2 <= float(timed_out.group(1)) <= 3  # the budget left when it started, not 300 s
     assert results[1].status == FAILED and results[1].error.startswith("not run: the time budget")
     assert json.loads((tmp_path / "summary.json").read_text())["counts"][FAILED] == 2
 
 
 def test_concurrent_checks_run_side_by_side(tmp_path):
     py = sys.executable
-    sleep = (py, "-c", "import time; time.sleep(2)")
+    sleep = (py, "-c", "import time; time.sleep(1)")
     checks = [Check(f"c{i}", 30, argv=sleep, concurrent=True) for i in range(4)]
     results = run_all(checks, tmp_path, 60, jobs=4, echo=lambda _: None)
     assert [r.status for r in results] == [OK] * 4

@@ -3,54 +3,43 @@ and G, many calls without clearing, a missing rank times out, and the driver's r
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
 
-from tests.mpirun import run_mpi
+#: Run by tests/nvrar_mpi_worker.py in the job the ``allreduce_checks`` fixture starts
+#: (label -> (ranks, task)), each check on the first ranks of that job.
+ALLREDUCE_CHECKS = {
+    # nodes x gpus_per_node on sub-communicators of one launch: N in 1,2,3,4,5,8 with
+    # G=1, N in 1..4 with G=2, N in 1,2 with G=4, and G=3, G=8 ...
+    "nvrar/8ranks": (8, ["matrix", "nvrar,nvrar[chunk_bytes=12]",
+                         "1x1,2x1,3x1,4x1,5x1,8x1,1x2,2x2,3x2,4x2,1x4,2x4,2x3,1x8"]),
+    # ... and the shapes that need more ranks: 5 nodes x 2, 3 nodes x 4
+    "nvrar/12ranks": (12, ["matrix", "nvrar,nvrar[chunk_bytes=12]", "5x2,3x4"]),
+    "nvrar/repeat": (3, ["repeat", "3", "1", "10000"]),
+    "nvrar/timeout": (4, ["timeout", "4", "3"]),
+}  # fmt: skip
 
-WORKER = "tests/nvrar_mpi_worker.py"
 
-
-def _result(nranks: int, args: list[str], timeout: float = 240) -> dict:
-    proc = run_mpi(nranks, [WORKER, *args], timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT ") :])
-
-
-@pytest.mark.parametrize(
-    "nranks,shapes",
-    [
-        # nodes x gpus_per_node on sub-communicators of one launch: N in 1,2,3,4,5,8 with
-        # G=1, N in 1..4 with G=2, N in 1,2 with G=4, and G=3, G=8 ...
-        (8, "1x1,2x1,3x1,4x1,5x1,8x1,1x2,2x2,3x2,4x2,1x4,2x4,2x3,1x8"),
-        # ... and the shapes that need more ranks: 5 nodes x 2, 3 nodes x 4
-        (12, "5x2,3x4"),
-    ],
-    ids=["8ranks", "12ranks"],
-)
-def test_nvrar_equals_mpi_allreduce(nranks, shapes):
+@pytest.mark.parametrize("ranks", ["8ranks", "12ranks"])
+def test_nvrar_equals_mpi_allreduce(allreduce_checks, ranks):
     # fp32/fp16/bf16 within tolerance, int32 exactly (sum and max); counts below G, even
     # and odd; two calls per buffer with new data; one chunk and 3-cell chunks.
-    res = _result(nranks, ["matrix", "nvrar,nvrar[chunk_bytes=12]", shapes])
+    res = allreduce_checks[f"nvrar/{ranks}"]
     assert res["problems"] == []
     assert res["cases"] >= 120
 
 
-def test_nvrar_10000_calls_without_clearing():
+def test_nvrar_10000_calls_without_clearing(allreduce_checks):
     # 3 nodes x 1 (fold-in, exchange and fold-out credits: the intra-node collectives keep
     # no state between calls), alternating between two sizes: every call has new data and
     # is checked exactly; each window saw 5000 calls.
-    res = _result(3, ["repeat", "3", "1", "10000"])
+    res = allreduce_checks["nvrar/repeat"]
     assert res["wrong"] == 0
     assert res["seqs"] == [[5000, 5000]]
 
 
-def test_absent_rank_times_out_naming_step_and_partner():
-    res = _result(4, ["timeout", "4", "3"], timeout=60)
+def test_absent_rank_times_out_naming_step_and_partner(allreduce_checks):
+    res = allreduce_checks["nvrar/timeout"]
     errors = {r["rank"]: r.get("error") for r in res["ranks"]}
     assert res["ranks"][3].get("absent")
     assert "step 0 (exchange) for data from partner rank 3" in errors[2]
@@ -60,19 +49,25 @@ def test_absent_rank_times_out_naming_step_and_partner():
         assert 0.9 < r["seconds"] < 10, r
 
 
-@pytest.mark.parametrize(
-    "nranks,g,maxbytes", [(6, 2, "2M"), (8, 1, "512K")], ids=["3nodes_x2", "8nodes_x1"]
-)
-def test_driver_runs_nvrar_without_wrong_results(tmp_path, nranks, g, maxbytes):
-    # The "done when" runs, with fewer iterations (8 x 1 stops at 512K: recursive
-    # doubling of 2 MiB on 8 ranks takes long on 2 cores; the full range was run by hand).
-    out = tmp_path / "F.jsonl"
-    args = ["-m", "commbench", "run", "allreduce", "--impl", "nvrar", "--gpus-per-node", str(g),
-            "-d", "bf16", "-b", "64K", "-e", maxbytes, "-c", "1", "-n", "2", "-w", "1",
-            "--out", str(out)]  # fmt: skip
-    proc = run_mpi(nranks, args, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    df = pd.read_json(out, lines=True)
+#: The issue's "done when" runs (label -> ranks, G, largest size), with fewer iterations
+#: (8 x 1 stops at 512K: recursive doubling of 2 MiB on 8 ranks takes long on 2 cores; the
+#: full range was run by hand) ...
+DONE_WHEN = {"3nodes_x2": (6, 2, "2M"), "8nodes_x1": (8, 1, "512K")}
+#: ... through the CLI in the ``driver_runs`` fixture's jobs (the 8-rank one shared with
+#: other files): label -> (ranks, ARGS).
+DRIVER_RUNS = {
+    f"nvrar-{label}": (nranks, [
+        "allreduce", "--impl", "nvrar", "--gpus-per-node", str(g), "-d", "bf16", "-b", "64K",
+        "-e", maxbytes, "-c", "1", "-n", "2", "-w", "1", "--out", f"{{tmp}}/nvrar-{label}.jsonl"])
+    for label, (nranks, g, maxbytes) in DONE_WHEN.items()
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("label", list(DONE_WHEN))
+def test_driver_runs_nvrar_without_wrong_results(driver_runs, label):
+    nranks, g, maxbytes = DONE_WHEN[label]
+    driver_runs.stdout(f"nvrar-{label}")
+    df = pd.read_json(driver_runs.tmp / f"nvrar-{label}.jsonl", lines=True)
     top = {"2M": 6, "512K": 4}[maxbytes]
     assert sorted(df["size_bytes"]) == [65536 << k for k in range(top)]
     assert (df["nwrong"] == 0).all()

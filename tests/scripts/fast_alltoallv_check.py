@@ -342,6 +342,7 @@ def main() -> int:
     world = MPI.COMM_WORLD
     if world.rank == 0:  # one rank compiles a stale numba cache, the others load it
         warmup()
+        args.tmp.mkdir(parents=True, exist_ok=True)
     world.Barrier()
     parts = {"parity": lambda: parity(world, args.tmp), "refuse": lambda: refuse(world),
              "churn": lambda: churn(world, args.tmp, args.calls)}  # fmt: skip

@@ -2,8 +2,11 @@
 
 ``test-raise`` raises on rank 1 from 4 KiB on; ``test-hang`` never returns on rank 1.
 They exist only for the failure-handling tests and are registered here, not in kernels/.
+``$COMMBENCH_TEST_STARTUP_FLOOR_S`` replaces the watchdog's start-up floor (10 s: how long
+a rank may wait for the others to start), so a test of a stopped launch ends sooner.
 """
 
+import os
 import sys
 import time
 
@@ -36,5 +39,9 @@ class HangOnRankOne(_Base):
 
 if __name__ == "__main__":
     from commbench.cli import main
+    from commbench.harness import watchdog
+
+    if os.environ.get("COMMBENCH_TEST_STARTUP_FLOOR_S"):
+        watchdog.STARTUP_FLOOR_S = float(os.environ["COMMBENCH_TEST_STARTUP_FLOOR_S"])
 
     sys.exit(main(sys.argv[1:]))
