@@ -38,9 +38,10 @@ _LAUNCHED = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "P
 
 
 def find_mpiexec() -> str | None:
-    """``$MPIEXEC``, else the one next to this Python (the PyPI MPI wheel), else PATH's."""
+    """``$MPIEXEC``, else the one next to this Python (the PyPI MPI wheel), else PATH's; as
+    an absolute path (a command may start ranks in another folder)."""
     launcher = os.environ.get("MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
-    return launcher if Path(launcher).exists() else shutil.which("mpiexec")
+    return os.path.abspath(launcher) if Path(launcher).exists() else shutil.which("mpiexec")
 
 
 def is_open_mpi(launcher: str) -> bool:
