@@ -113,6 +113,11 @@ def run_sweep(args) -> int:
     env = dict(local_env(), COMMBENCH_RUN_ID=stamp)
     failed = []
     started = time.perf_counter()
+    # FAST's numba core compiles once per machine; compiled here, on a core of its own, it
+    # is not compiled by a rank while seven others spin in MPI on the same two cores.
+    from commbench.kernels.fast import warmup
+
+    print(f"# FAST's numba core: {warmup():.1f} s to load or compile", flush=True)
     for cmd in launches(args.backend, gpus_per_node, out, items):
         full = [*launcher, *cmd]
         label = " ".join(cmd[3 : cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
