@@ -35,7 +35,7 @@ ZIPF_SWEEP = "zipf:" + ",".join(str(s) for s in SKEWS)
 #: What `make run` measures: the NVRAR paper's all-reduce range in bf16, all-to-allv on
 #: balanced traffic over sizes and at every skew of SKEWS at two sizes (figure 2's skew
 #: panels get a curve per implementation). One launch per implementation and workload
-#: list: about 3 minutes on 2 idle cores.
+#: list: about 3 minutes on 2 cores, plus about 70 s the first time (FAST's numba core).
 LOCAL_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
     SweepItem("alltoallv", ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"), ("uniform",)),
