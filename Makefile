@@ -43,7 +43,7 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) -m commbench.benchmarks.harness $(NP)
+	$(PY) -m commbench.benchmarks.harness
 	@for b in suite/benchmarks/[a-z]*.py; do \
 	  m=$$(basename $$b .py); case $$m in harness|soak|cluster) continue;; esac; \
 	  echo "== make bench: $$m"; $(PY) -m commbench.benchmarks.$$m || exit 1; done

@@ -4,7 +4,9 @@ An implementation is a small class registered with :func:`register`. The harness
 constructs it once per run with the transport, calls ``setup(case)`` outside the timed
 region whenever the buffers or the traffic change, and ``run(case)`` for each timed call.
 An optional ``info()`` returns extra fields for the result record (schedule synthesis
-time, stage count, extra memory, ...). A class attribute ``PARAMS`` names the
+time, stage count, extra memory, ...). An optional ``native_call(case)`` returns a
+:class:`commbench.kernels.native.Call` (or None) for the harness to time with the loop in
+C, as the ``mpi`` implementations do: one library call, no Python per iteration. A class attribute ``PARAMS`` names the
 ``--param`` keys it takes (none by default); the driver refuses any other key up front.
 
 What an implementation supports is data here, so the driver and the job renderer refuse

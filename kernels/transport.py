@@ -41,6 +41,20 @@ class Topology(Protocol):
     rail_comm: Any
 
 
+class Plan(Protocol):
+    """Posts bound once (:func:`bind_posts`) and started many times."""
+
+    group: Group
+
+    def start(self) -> Pending:
+        """Post the bound sends and receives (as :meth:`Transport.start` would)."""
+        ...
+
+    def run(self) -> None:
+        """``start().wait()``."""
+        ...
+
+
 class Transport(Protocol):
     name: str  # "cpu" | "cuda" | "rocm"
     xp: ModuleType  # numpy or cupy
@@ -101,3 +115,32 @@ class Transport(Protocol):
     def now(self) -> float:
         """Host time in seconds (call :meth:`synchronize` first on GPU backends)."""
         ...
+
+
+class Replay:
+    """Posts bound once and handed to ``transport.start`` at each start: the plan of a
+    transport with no persistent point-to-point (NCCL, RCCL, the test transports)."""
+
+    def __init__(self, transport, sends, recvs, group: Group = "world") -> None:
+        self.transport, self.sends, self.recvs, self.group = transport, sends, recvs, group
+
+    def start(self) -> Pending:
+        return self.transport.start(self.sends, self.recvs, self.group)
+
+    def run(self) -> None:
+        self.start().wait()
+
+
+def bind_posts(
+    transport,
+    sends: Sequence[tuple[int, Array]],
+    recvs: Sequence[tuple[int, Array]],
+    group: Group = "world",
+) -> Plan:
+    """A :class:`Plan` of these posts: persistent requests where the transport has them
+    (``transport.plan``: MPI ``Send_init``/``Recv_init``, started together), else a
+    :class:`Replay`. Bind in ``setup`` what every call posts the same way, so a call pays
+    one start and one wait instead of one Python call per message. The buffers must
+    outlive the plan."""
+    make = getattr(transport, "plan", None)
+    return make(sends, recvs, group) if make is not None else Replay(transport, sends, recvs, group)

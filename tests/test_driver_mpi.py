@@ -21,7 +21,7 @@ RECORD_FIELDS = {
     "metric_bytes", "workload", "seed", "timing_mode", "iters", "warmup", "time_us_min",
     "time_us_avg", "time_us_max", "time_us_p50", "time_us_p99", "algbw_GBps", "busbw_GBps",
     "busbw_factor", "nwrong", "versions", "env", "rank_time_us", "rank_finish_us",
-    "modelled", "raw_file",
+    "modelled", "raw_file", "host_us", "rank_host_us", "host_bound", "timed_loop",
 }  # fmt: skip
 
 

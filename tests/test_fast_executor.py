@@ -174,7 +174,7 @@ def test_split_groups_post_node_and_rail_separately():
         ex = PlanExecutor(t, "split")
         ex.bind(sched.plan(t.topo.rank), np.zeros(int(d[t.topo.rank].sum()), np.uint8),
                 np.zeros(int(d[:, t.topo.rank].sum()), np.uint8))  # fmt: skip
-        return {g for posts, _ in ex._steps for g, _, _ in posts}
+        return {plan.group for posts, _ in ex._steps for plan in posts}
 
     assert set().union(*run_ranks(8, 4, rank)) == {"node", "rail"}
 

@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 
 from commbench.kernels.cases import AllreduceCase
-from commbench.kernels.reduce import check_op
+from commbench.kernels.reduce import check_op, reduce_into
+from commbench.kernels.transport import bind_posts
+
+#: One step: its sends and receives (peer, array view), then ``acc_part = acc_part op
+#: scratch_part`` when the step reduces what it received (``(acc_part, scratch_part)``).
+Step = tuple[list, list, tuple[Any, Any] | None]
 
 
 def block_bounds(count: int, parts: int) -> list[tuple[int, int]]:
@@ -36,7 +41,12 @@ def span(bounds: list[tuple[int, int]], lo: int, hi: int) -> tuple[int, int]:
 
 
 class FlatAllreduce:
-    """Base: world-group algorithm with a scratch buffer of the message size."""
+    """Base: world-group algorithm with a scratch buffer of the message size.
+
+    A subclass lists its steps for a case (:meth:`steps`, views of ``case.recv`` - the
+    accumulator - and the scratch buffer); :meth:`setup` binds each step's posts once
+    (persistent requests on ``cpu``) and :meth:`run` copies the input into the accumulator
+    and runs the steps in order."""
 
     def __init__(self, transport: Any, params: dict | None = None) -> None:
         if params:
@@ -55,3 +65,19 @@ class FlatAllreduce:
             self._key = key
             self.tmp = self.t.empty(case.count, case.send.dtype)
         self.dtype = np.dtype(case.dtype)
+        self._bound = [
+            (bind_posts(self.t, sends, recvs), reduce)
+            for sends, recvs, reduce in (self.steps(case) if case.count else [])
+        ]
+
+    def steps(self, case: AllreduceCase) -> list[Step]:
+        """This rank's steps for ``case`` (the algorithm, as a value)."""
+        raise NotImplementedError
+
+    def run(self, case: AllreduceCase) -> None:
+        t, xp = self.t, self.t.xp
+        t.copy(case.recv, case.send)
+        for plan, reduce in self._bound:
+            plan.run()
+            if reduce is not None:
+                reduce_into(xp, reduce[0], reduce[0], reduce[1], case.op, self.dtype)

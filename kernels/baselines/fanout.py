@@ -11,6 +11,7 @@ import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase
 from commbench.kernels.registry import register
+from commbench.kernels.transport import bind_posts
 
 
 def fanout_plan(traffic: np.ndarray, rank: int) -> tuple[list, list]:
@@ -33,8 +34,11 @@ class Fanout:
 
     def setup(self, case: AlltoallvCase) -> None:
         sends, recvs = fanout_plan(case.traffic, case.rank)
-        self._sends = [(p, case.send[o : o + n]) for p, o, n in sends]
-        self._recvs = [(p, case.recv[o : o + n]) for p, o, n in recvs]
+        self._posts = bind_posts(
+            self.transport,
+            [(p, case.send[o : o + n]) for p, o, n in sends],
+            [(p, case.recv[o : o + n]) for p, o, n in recvs],
+        )
 
     def run(self, case: AlltoallvCase) -> None:
-        self.transport.exchange(self._sends, self._recvs)
+        self._posts.run()

@@ -26,15 +26,10 @@ GPU_DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 
 def loaded_libmpi() -> Any:
     """The MPI library this process loaded (through mpi4py), as a ``ctypes.CDLL``."""
-    from mpi4py import MPI  # noqa: F401  (loads libmpi)
+    from commbench.kernels.native import libmpi_path
 
-    with open("/proc/self/maps") as fh:
-        paths = {line.split()[-1] for line in fh if "/libmpi" in line and ".so" in line}
-    for path in sorted(paths, key=len):
-        name = os.path.basename(path)
-        if name.startswith(("libmpi.so", "libmpi_")):  # not libmpi_mpifh / libmpi_cxx
-            return ctypes.CDLL(path)
-    return ctypes.CDLL(None)
+    path = libmpi_path()
+    return ctypes.CDLL(path) if path else ctypes.CDLL(None)
 
 
 def mpi_gpu_support(flavour: str, lib: Any = None, environ: Any = None) -> tuple[bool, str]:
@@ -100,17 +95,52 @@ class _Buffers:
 
 
 class _Mpi:
+    """The timed loop runs in C (:mod:`commbench.kernels.native`) unless the buffers are
+    staged through host memory, the native loop cannot be built here, or ``--param
+    loop=python`` asks for mpi4py's call in the harness's Python loop."""
+
+    PARAMS = ("loop",)
+    COLLECTIVE = ""
+
     def __init__(self, transport, params: dict) -> None:
         self.transport = transport
         self.buffers = _Buffers(transport)
+        self.loop = params.get("loop", "native")
+        if self.loop not in ("native", "python"):
+            raise ValueError(f"--param loop={self.loop}: choose native or python")
+        self._native = None
+        self._loop_why = "asked for (--param loop=python)"
+
+    def _bind_native(self, case) -> None:
+        """The library call the native loop times, on the buffers MPI is given."""
+        from commbench.kernels import native
+
+        self._native = None
+        if self.loop == "python":
+            return
+        if self.buffers.staged:
+            self._loop_why = "device buffers are staged through host memory in each call"
+            return
+        reason = native.unavailable_reason()
+        if reason:
+            self._loop_why = reason
+            return
+        self._native = native.library_call(self.COLLECTIVE, case, self.transport.topo.world)
+
+    def native_call(self, case):
+        """What the harness times from C, or None to time :meth:`run` from Python."""
+        return self._native
 
     def info(self) -> dict:
-        return self.buffers.info()
+        loop = "native" if self._native is not None else f"python: {self._loop_why}"
+        return {**self.buffers.info(), "mpi_timed_loop": loop}
 
 
 @register("allreduce", "mpi", gpu_dtypes=GPU_DTYPES, capturable=False)
 class MpiAllreduce(_Mpi):
-    """MPI_Allreduce (mpi4py); fp16/bf16 through a user-defined reduction on the cpu backend."""
+    """MPI_Allreduce; fp16/bf16 through a user-defined reduction on the cpu backend."""
+
+    COLLECTIVE = "allreduce"
 
     def setup(self, case: AllreduceCase) -> None:
         from commbench.kernels.dtypes import dtype_name
@@ -124,6 +154,7 @@ class MpiAllreduce(_Mpi):
         self._datatype, self._op = mpi_type_and_op(case.dtype, case.op)
         self._comm = self.transport.topo.world
         self._send, self._recv = self.buffers.bind(case.send, case.recv)
+        self._bind_native(case)
 
     def run(self, case: AllreduceCase) -> None:
         self.buffers.before()
@@ -135,7 +166,9 @@ class MpiAllreduce(_Mpi):
 
 @register("alltoall", "mpi", capturable=False)
 class MpiAlltoall(_Mpi):
-    """MPI_Alltoall (mpi4py): equal blocks to every rank."""
+    """MPI_Alltoall: equal blocks to every rank."""
+
+    COLLECTIVE = "alltoall"
 
     def setup(self, case: AlltoallvCase) -> None:
         from mpi4py import MPI
@@ -145,6 +178,7 @@ class MpiAlltoall(_Mpi):
             raise ValueError("alltoall needs uniform traffic: use alltoallv for a workload")
         self._byte = MPI.BYTE
         self._send, self._recv = self.buffers.bind(case.send, case.recv)
+        self._bind_native(case)
 
     def run(self, case: AlltoallvCase) -> None:
         self.buffers.before()
@@ -154,7 +188,9 @@ class MpiAlltoall(_Mpi):
 
 @register("alltoallv", "mpi", capturable=False)
 class MpiAlltoallv(_Mpi):
-    """MPI_Alltoallv (mpi4py) on byte buffers."""
+    """MPI_Alltoallv on byte buffers."""
+
+    COLLECTIVE = "alltoallv"
 
     def setup(self, case: AlltoallvCase) -> None:
         from mpi4py import MPI
@@ -163,6 +199,7 @@ class MpiAlltoallv(_Mpi):
         send, recv = self.buffers.bind(case.send, case.recv)
         self._send = [send, (case.sendcounts, case.sdispls), byte]
         self._recv = [recv, (case.recvcounts, case.rdispls), byte]
+        self._bind_native(case)
 
     def run(self, case: AlltoallvCase) -> None:
         self.buffers.before()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from commbench.kernels.baselines._allreduce import FlatAllreduce, block_bounds, span
 from commbench.kernels.cases import AllreduceCase
 from commbench.kernels.doubling import pow2_floor
-from commbench.kernels.reduce import reduce_into
 from commbench.kernels.registry import register
 
 
@@ -15,25 +14,19 @@ class RabenseifnerAllreduce(FlatAllreduce):
     """Rabenseifner: reduce-scatter by recursive halving + all-gather by recursive doubling."""
 
     def setup(self, case: AllreduceCase) -> None:
-        super().setup(case)
         self.p2 = pow2_floor(self.size)
-        self.bounds = block_bounds(case.count, self.p2)
+        super().setup(case)
 
-    def run(self, case: AllreduceCase) -> None:
-        t, xp, r, p2 = self.t, self.t.xp, self.rank, self.p2
-        acc, tmp, op, dt = case.recv, self.tmp, case.op, self.dtype
-        t.copy(acc, case.send)
+    def steps(self, case: AllreduceCase) -> list:
+        r, p2 = self.rank, self.p2
+        acc, tmp = case.recv, self.tmp
         extra = self.size - p2
-        if case.count == 0:
-            return
         if r >= p2:  # fold in, wait for the result
-            t.exchange([(r - p2, acc)], [])
-            t.exchange([], [(r - p2, acc)])
-            return
+            return [([(r - p2, acc)], [], None), ([], [(r - p2, acc)], None)]
+        steps = []
         if r < extra:
-            t.exchange([], [(r + p2, tmp)])
-            reduce_into(xp, acc, acc, tmp, op, dt)
-        b = self.bounds
+            steps.append(([], [(r + p2, tmp)], (acc, tmp)))
+        b = block_bounds(case.count, p2)
         lo, hi = 0, p2
         d = p2 // 2
         while d >= 1:  # halving: keep the half of the window our bit d selects
@@ -41,12 +34,11 @@ class RabenseifnerAllreduce(FlatAllreduce):
             keep, give = ((lo, mid), (mid, hi)) if r & d == 0 else ((mid, hi), (lo, mid))
             k0, k1 = span(b, *keep)
             g0, g1 = span(b, *give)
-            t.exchange(
+            steps.append((
                 [(partner, acc[g0:g1])] if g1 > g0 else [],
                 [(partner, tmp[: k1 - k0])] if k1 > k0 else [],
-            )
-            if k1 > k0:
-                reduce_into(xp, acc[k0:k1], acc[k0:k1], tmp[: k1 - k0], op, dt)
+                (acc[k0:k1], tmp[: k1 - k0]) if k1 > k0 else None,
+            ))  # fmt: skip
             lo, hi = keep
             d //= 2
         d = 1
@@ -55,14 +47,16 @@ class RabenseifnerAllreduce(FlatAllreduce):
             plo, phi = (lo + d, hi + d) if r & d == 0 else (lo - d, hi - d)
             m0, m1 = span(b, lo, hi)
             q0, q1 = span(b, plo, phi)
-            t.exchange(
+            steps.append((
                 [(partner, acc[m0:m1])] if m1 > m0 else [],
                 [(partner, acc[q0:q1])] if q1 > q0 else [],
-            )
+                None,
+            ))  # fmt: skip
             lo, hi = min(lo, plo), max(hi, phi)
             d *= 2
         if r < extra:
-            t.exchange([(r + p2, acc)], [])
+            steps.append(([(r + p2, acc)], [], None))
+        return steps
 
     def info(self) -> dict:
         log = self.p2.bit_length() - 1

@@ -21,6 +21,7 @@ import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
+from commbench.kernels.transport import bind_posts
 
 
 def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bool) -> dict:
@@ -143,8 +144,8 @@ class _Relay:
             return [(view(wd, od, n), view(ws, os_, n)) for wd, od, ws, os_, n in plan[key]]
 
         self._hops = [
-            (msgs("hop1_send"), msgs("hop1_recv")),
-            (msgs("hop2_send"), msgs("hop2_recv")),
+            bind_posts(t, msgs("hop1_send"), msgs("hop1_recv")),
+            bind_posts(t, msgs("hop2_send"), msgs("hop2_recv")),
         ]
         self._before, self._after = moves("copies"), moves("copies_after")
         self._info = {"steps": 2, "scratch_bytes": plan["scratch_bytes"]}
@@ -153,8 +154,8 @@ class _Relay:
         t = self.transport
         for dst, src in self._before:
             t.copy(dst, src)
-        t.exchange(*self._hops[0])
-        t.exchange(*self._hops[1])
+        self._hops[0].run()
+        self._hops[1].run()
         for dst, src in self._after:
             t.copy(dst, src)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
+from commbench.kernels.transport import bind_posts
 
 
 def spreadout_plan(traffic: np.ndarray, rank: int) -> tuple[tuple, list]:
@@ -46,8 +47,9 @@ class Spreadout:
         (so, ro, n), steps = spreadout_plan(case.traffic, case.rank)
         self._copy = (case.recv[ro : ro + n], case.send[so : so + n]) if n else None
         self._steps = [
-            ([(s[0], case.send[s[1] : s[1] + s[2]])] if s else [],
-             [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else [])
+            bind_posts(self.transport,
+                       [(s[0], case.send[s[1] : s[1] + s[2]])] if s else [],
+                       [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else [])
             for _, s, r in steps
         ]  # fmt: skip
 
@@ -55,8 +57,8 @@ class Spreadout:
         t = self.transport
         if self._copy is not None:
             t.copy(*self._copy)
-        for sends, recvs in self._steps:
-            t.exchange(sends, recvs)
+        for step in self._steps:
+            step.run()
 
     def info(self) -> dict:
         return {"steps": len(self._steps)}

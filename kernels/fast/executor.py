@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from commbench.kernels.fast import plan as P
+from commbench.kernels.transport import Replay, bind_posts
 
 GROUPINGS = ("world", "split")
 
@@ -218,7 +219,7 @@ class PlanExecutor:
         cols, bounds = _bind_order()(rows, plan.nsteps, self.groups == "world",
                                      topo.node * g, g, topo.local)  # fmt: skip
         self._cols, self._bounds = cols, bounds.tolist()
-        self._steps = [] if once else [self._cut(i) for i in range(len(self._bounds))]
+        self._steps = [] if once else [self._bind_step(i) for i in range(len(self._bounds))]
 
     def _cut(self, i: int) -> tuple[tuple, tuple]:
         """Step ``i``'s posts and copies as buffer slices."""
@@ -239,6 +240,18 @@ class PlanExecutor:
             posts = (("world", pairs[: o[2]], pairs[o[2] : o[4]]),) if o[4] else ()
         return posts, copies
 
+    def _bind_step(self, i: int) -> tuple[tuple, tuple]:
+        """Step ``i`` with its posts bound once (persistent requests on ``cpu``)."""
+        posts, copies = self._cut(i)
+        t = self.transport
+        return tuple(bind_posts(t, s, r, group) for group, s, r in posts), copies
+
+    def _replay_step(self, i: int) -> tuple[tuple, tuple]:
+        """Step ``i`` cut now, its posts started through ``transport.start`` (run once)."""
+        posts, copies = self._cut(i)
+        t = self.transport
+        return tuple(Replay(t, s, r, group) for group, s, r in posts), copies
+
     def run(self) -> None:
         """One all-to-allv: per step, post its sends and receives, copy, wait (bound
         ``once``: cut the next step's slices and free the previous step's before waiting)."""
@@ -247,16 +260,16 @@ class PlanExecutor:
         if n == 0:
             return
         once = self._once
-        step = self._cut(0) if once else self._steps[0]
+        step = self._replay_step(0) if once else self._steps[0]
         for i in range(n):
             posts, copies = step
-            pending = [t.start(s, r, group) for group, s, r in posts]
+            pending = [p.start() for p in posts]
             for dst, src in copies:
                 t.copy(dst, src)
             if once:
                 self._spent = None  # the step before this one, freed while this one moves
             if i + 1 < n:
-                step = self._cut(i + 1) if once else self._steps[i + 1]
+                step = self._replay_step(i + 1) if once else self._steps[i + 1]
             for p in pending:
                 p.wait()
             if once:

@@ -79,6 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="algorithm option passed to the implementation (repeatable)",
     )
+    p.add_argument(
+        "--reference",
+        choices=("c",),
+        default=None,
+        help="also time the MPI library's own collective from C on the same buffers "
+        "(OSU/nccl-tests style) and record it beside commbench's time",
+    )
     p.add_argument("--out", default=None, help="append JSONL records here")
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument(
@@ -122,6 +129,7 @@ class Config:
     resume: bool = False
     system: str = "local"
     watchdog_s: float = 300.0
+    reference: str | None = None
 
 
 def parse_params(items: list[str]) -> dict:
@@ -230,6 +238,7 @@ def make_config(args: argparse.Namespace) -> Config:
         resume=args.resume,
         system=args.system,
         watchdog_s=args.watchdog,
+        reference=args.reference,
     )
 
 
@@ -311,6 +320,8 @@ class Sweep:
         self.transport = create_transport(cfg.backend, self.topo)
         watchdog.phase(f"creating --impl {cfg.impl}")
         self.impl = lookup(cfg.collective, cfg.impl).factory(self.transport, dict(cfg.params))
+        if cfg.reference:
+            self._check_reference()
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
@@ -321,6 +332,19 @@ class Sweep:
             (self.rank, self.topo.node, self.topo.local, os.getpid(), self.topo.hostname, info)
         )
         self.static = self._static_fields(info) if self.is_root else {}
+
+    def _check_reference(self) -> None:
+        """``--reference c`` needs the native loop and, on a GPU, an MPI taking device memory."""
+        from commbench.kernels import native
+
+        reason = native.unavailable_reason()
+        if reason is None and self.cfg.backend != "cpu":
+            from commbench.kernels.baselines.mpi import mpi_gpu_support
+
+            aware, how = mpi_gpu_support(self.cfg.backend)
+            reason = None if aware else f"the MPI library takes no device buffers ({how})"
+        if reason:
+            raise UsageError(f"--reference c cannot run here: {reason}")
 
     def _static_fields(self, info: dict) -> dict:
         cfg, topo = self.cfg, self.topo
@@ -344,6 +368,7 @@ class Sweep:
             "graph_iters": cfg.graph_iters,
             "time_reduction": cfg.time_reduction,
             "modelled": False,
+            "reference": cfg.reference,
             "versions": results.versions(info),
             # with what the driver set for the implementation (ImplSpec.env) on a GPU
             "env": {**results.captured_env(), **self._impl_env()},
@@ -454,7 +479,10 @@ class Sweep:
             impl.run(case)
         t.synchronize()
         samples = None
-        if cfg.timing == "pipelined":
+        native_call = impl.native_call(case) if hasattr(impl, "native_call") else None
+        if native_call is not None and not cfg.graph_iters:
+            per_call_us, host_us, samples = self._time_native(native_call, what)
+        elif cfg.timing == "pipelined":
             runner = self._graph(case) if cfg.graph_iters else None
             calls = cfg.iters if runner is None else -(-cfg.iters // cfg.graph_iters)
             wd.phase(f"{what}: barrier before the timed calls")
@@ -466,18 +494,25 @@ class Sweep:
             else:
                 for _ in wd.counting(f"{what}: timed graph launches", calls):
                     runner()
+            issued = t.now()
             t.synchronize()
             elapsed = t.now() - t0
             per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
+            host_us = (issued - t0) / (calls * (cfg.graph_iters or 1)) * 1e6
         else:
             samples = np.empty(cfg.iters)
+            issuing = 0.0
             for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
                 t.barrier()
                 t0 = t.now()
                 impl.run(case)
+                issued = t.now()
                 t.synchronize()
                 samples[i] = (t.now() - t0) * 1e6
+                issuing += issued - t0
             per_call_us = float(samples.mean())
+            host_us = issuing / cfg.iters * 1e6
+        reference_us = self._time_reference(case, what) if cfg.reference else None
         # One call started together after a barrier: when did this rank finish?
         wd.phase(f"{what}: the finish-time call")
         t.barrier()
@@ -495,6 +530,9 @@ class Sweep:
         info = impl.info() if hasattr(impl, "info") else {}
         return {
             "time_us": per_call_us,
+            "host_us": host_us,
+            "reference_us": reference_us,
+            "timed_loop": "python" if native_call is None else "native",
             "samples": samples,
             "finish_us": finish_us,
             "nwrong": nwrong,
@@ -502,6 +540,36 @@ class Sweep:
             "metric_bytes": point.metric_bytes,
             "info": info,
         }
+
+    def _time_native(self, call, what: str) -> tuple[float, float, np.ndarray | None]:
+        """The timed calls with the loop in C (:mod:`commbench.kernels.native`): (us per
+        call, host us per call, per-call samples in latency mode). The loop's counter is
+        the watchdog's progress."""
+        from commbench.kernels import native
+
+        cfg = self.cfg
+        self.transport.synchronize()
+        progress = np.zeros(1, dtype=np.int64)
+        self.watchdog.phase(
+            f"{what}: timed calls (native loop)", _NativeProgress(progress, cfg.iters)
+        )
+        out = native.time_call(call, cfg.iters, cfg.timing, progress=progress)
+        per_call_us = float(out.mean())
+        return per_call_us, per_call_us, (out if cfg.timing == "latency" else None)
+
+    def _time_reference(self, case, what: str) -> float:
+        """The MPI library's own collective on the same buffers, timed from C the same way."""
+        from commbench.kernels import native
+
+        cfg = self.cfg
+        call = native.library_call(cfg.collective, case, self.topo.world)
+        self.transport.synchronize()
+        progress = np.zeros(1, dtype=np.int64)
+        self.watchdog.phase(
+            f"{what}: the C reference's calls", _NativeProgress(progress, cfg.iters)
+        )
+        out = native.time_call(call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress)
+        return float(out.mean())
 
     def _graph(self, case):
         """Capture ``graph_iters`` calls in one CUDA/HIP graph; return its launcher."""
@@ -539,6 +607,17 @@ class Sweep:
         rec["metric_bytes"] = gathered[0]["metric_bytes"]
         rec.update(metrics.summarise(times, samples))
         shown = metrics.reduce_times(times, cfg.time_reduction)
+        host = np.array([g["host_us"] for g in gathered])
+        rec.update(
+            host_us=metrics.reduce_times(host, cfg.time_reduction),
+            rank_host_us=host.tolist(),
+            host_bound=metrics.host_bound(cfg.backend, host, times),
+            timed_loop=gathered[0]["timed_loop"],
+        )
+        if cfg.reference:
+            ref = np.array([g["reference_us"] for g in gathered])
+            rec["reference_time_us"] = metrics.reduce_times(ref, cfg.time_reduction)
+            rec["rank_reference_us"] = ref.tolist()
         factor = metrics.busbw_factor(cfg.collective, self.topo.size)
         algbw = metrics.algbw_GBps(rec["metric_bytes"], shown)
         rec.update(
@@ -594,24 +673,34 @@ class Sweep:
             else "algbw = size / time"
         )
         print(f"#  {metric}; busbw = algbw x {metrics.busbw_factor(cfg.collective, topo.size):.4f}")
+        if cfg.reference:
+            print("#  C ref = the MPI library's collective timed from C on the same buffers")
         wl = f" {'workload':>14s}" if cfg.collective == "alltoallv" else ""
+        ref = f" {'C ref':>10s} {'x C':>6s}" if cfg.reference else ""
         print(
             f"# {'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}{wl} "
-            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}"
+            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}{ref}"
         )
+        ref = f" {'(us)':>10s} {'':>6s}" if cfg.reference else ""
         print(
             f"# {'(B)':>12s} {'(elements)':>12s} {'':>9s} {'':>6s}{' ' * len(wl)} "
-            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}"
+            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}{ref}"
         )
         sys.stdout.flush()
 
     def _print_row(self, rec: dict, note: str = "") -> None:
         wl = f" {str(rec['workload'])[:14]:>14s}" if self.cfg.collective == "alltoallv" else ""
         op = rec["op"] or "none"
+        ref = ""
+        if self.cfg.reference:
+            c_us = rec.get("reference_time_us")
+            ref = f" {c_us:10.2f} {rec['time_us'] / c_us:6.3f}" if c_us else f" {'-':>10s} {'':>6s}"
+        if rec.get("host_bound"):
+            note = "  host-bound" + note
         print(
             f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
             f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{rec['nwrong']:7d}{note}"
+            f"{rec['nwrong']:7d}{ref}{note}"
         )
         sys.stdout.flush()
 
@@ -633,3 +722,14 @@ class Sweep:
         if sys.stderr.isatty():
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+class _NativeProgress:
+    """A native loop's counter seen as an iterator's remaining length (the watchdog's
+    progress, read with ``operator.length_hint``)."""
+
+    def __init__(self, counter: np.ndarray, total: int) -> None:
+        self.counter, self.total = counter, total
+
+    def __length_hint__(self) -> int:
+        return self.total - int(self.counter[0])

@@ -45,3 +45,16 @@ def summarise(rank_times_us: np.ndarray, samples_us: np.ndarray | None = None) -
         "time_us_p50": float(np.percentile(pool, 50)),
         "time_us_p99": float(np.percentile(pool, 99)),
     }
+
+
+#: A GPU point is host-bound when issuing a call took at least this share of its time:
+#: the device then waited for Python, and the time measures the host, not the fabric.
+HOST_BOUND_SHARE = 0.95
+
+
+def host_bound(backend: str, host_us: np.ndarray, time_us: np.ndarray) -> bool | None:
+    """Whether any rank's issuing kept up with its device no better than the transfer
+    itself (GPU backends); None on the cpu backend, where issuing is the call."""
+    if backend == "cpu":
+        return None
+    return bool(np.any(np.asarray(host_us) >= HOST_BOUND_SHARE * np.asarray(time_us)))

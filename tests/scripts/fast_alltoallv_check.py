@@ -67,6 +67,11 @@ class SpyTransport:
     def exchange(self, sends, recvs, group="world"):
         self.start(sends, recvs, group).wait()
 
+    def plan(self, sends, recvs, group="world"):
+        from commbench.kernels.transport import Replay
+
+        return Replay(self, sends, recvs, group)  # each start counted, not persistent
+
 
 def fold_trace(path: Path, nranks: int, out: Path, count: int = 64) -> Path | None:
     """The 32-rank trace summed over blocks of ranks down to ``nranks`` (a real MoE

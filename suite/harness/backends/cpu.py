@@ -24,6 +24,25 @@ class _Requests:
         MPI.Request.Waitall(self._requests)
 
 
+class _Persistent:
+    """MPI persistent requests for a fixed set of posts (receives first, as ``start``)."""
+
+    def __init__(self, requests: list[MPI.Prequest], group: str) -> None:
+        self._requests, self.group = requests, group
+
+    def start(self) -> _Persistent:
+        if self._requests:
+            MPI.Prequest.Startall(self._requests)
+        return self
+
+    def wait(self) -> None:
+        if self._requests:
+            MPI.Request.Waitall(self._requests)
+
+    def run(self) -> None:
+        self.start().wait()
+
+
 class CpuTransport:
     """numpy + MPI: what CI tests byte for byte, and what ``make run`` uses."""
 
@@ -61,6 +80,13 @@ class CpuTransport:
 
     def exchange(self, sends, recvs, group: str = "world") -> None:
         self.start(sends, recvs, group).wait()
+
+    def plan(self, sends, recvs, group: str = "world") -> _Persistent:
+        """The posts of :meth:`start` as persistent requests (see ``bind_posts``)."""
+        comm = self.topo.group(group)
+        reqs = [comm.Recv_init(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
+        reqs += [comm.Send_init(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        return _Persistent(reqs, group)
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
