@@ -109,6 +109,10 @@ POINT_DEFAULTS: dict[str, object] = {
     "versions": None,
     "env": None,
     "raw_file": None,
+    "host_us": math.nan,
+    "host_bound": None,
+    "timed_loop": None,
+    "reference_time_us": math.nan,
 }
 POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")

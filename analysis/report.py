@@ -30,6 +30,7 @@ from commbench.analysis.tables import (
     line_rate_table,
     line_rates,
     model_error_table,
+    overhead_table,
     speedup_table,
 )
 
@@ -211,6 +212,26 @@ def present_agreement(table: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def present_overhead(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "system": table["system"],
+            "run": table["run_id"],
+            "ranks": table["nranks"],
+            "collective": table["collective"],
+            "impl": table["impl"],
+            "timing": table["timing_mode"],
+            "size": _size_column(table),
+            "commbench (µs)": table["time_us"].map(_fmt_num),
+            "C reference (µs)": table["reference_time_us"].map(_fmt_num),
+            "commbench / C": table["ratio"].map(lambda v: f"{v:.2f}" if v == v else ""),
+            "issuing (µs)": table["host_us"].map(_fmt_num),
+            "timed loop": table["timed_loop"].fillna(""),
+            "host-bound": table["host_bound"].map(lambda v: "host-bound" if v is True else ""),
+        }
+    )
+
+
 def present_reference(ref: pd.DataFrame) -> pd.DataFrame:
     def what(row) -> str:
         if math.isfinite(row.value):
@@ -327,6 +348,16 @@ def _sections(points, ref, rates) -> list[dict]:
             "table": present_agreement(agreement_table(points)),
             "empty": "no external baseline measured next to commbench in the same run "
             "(set the nccl_tests / rccl_tests / osu site values)",
+        },
+        {
+            "title": "Overhead against C, and host-bound points",
+            "text": "Points run with --reference c: the MPI library's own collective timed "
+            "from C on the same buffers, the same way (commbench / C = what the harness and "
+            "a Python-level algorithm add over the library). A GPU point is host-bound when "
+            "issuing a call took as long as the call: it measures Python, not the fabric.",
+            "table": present_overhead(overhead_table(points)),
+            "empty": "no point carries a C reference (commbench run --reference c) and "
+            "none was host-bound",
         },
         {
             "title": "The papers' numbers (reference, not ours)",

@@ -383,3 +383,18 @@ def agreement_table(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out["ratio"] = out["commbench_us"] / out["external_us"]
     return out[cols].sort_values([*keys, "impl"]).reset_index(drop=True)
+
+
+def overhead_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured points that carry the C reference's time (``run --reference c``) or were
+    host-bound on a GPU: commbench's time, the library call timed from C on the same
+    buffers, their ratio, and what issuing the call took."""
+    cols = ["system", "run_id", "nranks", "collective", "impl", "timing_mode", "size_bytes",
+            "time_us", "reference_time_us", "ratio", "host_us", "timed_loop", "host_bound"]  # fmt: skip
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    data = df[df["kind"] == "measured"]
+    keep = data["reference_time_us"].notna() | (data["host_bound"] == True)  # noqa: E712
+    out = data[keep].copy()
+    out["ratio"] = out["time_us"] / out["reference_time_us"]
+    return out[cols].sort_values(cols[:7]).reset_index(drop=True)

@@ -581,3 +581,19 @@ def test_scorecard_opens_the_report_and_judges_each_claim(tmp_path):
     first = text.index("## Reproduction scorecard")
     assert first < text.index("<details><summary><b>Inputs</b>") < text.index("<b>Runs</b>")
     assert "| NVRAR vs NCCL all-reduce, 128 KiB-2 MiB | 1.9–3.6× | 1.86–2.83× (5 points) |" in text
+
+
+def test_overhead_table_shows_c_reference_and_host_bound_points(tmp_path):
+    from commbench.analysis.load import load_results
+    from commbench.analysis.tables import overhead_table
+
+    with_ref = dict(make_record(time_us=12.0), reference_time_us=10.0, host_us=12.0,
+                    timed_loop="native", timing_mode="latency")  # fmt: skip
+    bound = dict(make_record(impl="ring", time_us=50.0), host_us=49.0, host_bound=True,
+                 timed_loop="python", timing_mode="pipelined")  # fmt: skip
+    plain = make_record(impl="rabenseifner")  # neither: not shown
+    path = write_jsonl(tmp_path / "r.jsonl", [with_ref, bound, plain])
+    table = overhead_table(load_results(path))
+    assert list(table["impl"]) == ["mpi", "ring"]
+    assert table["ratio"].iloc[0] == pytest.approx(with_ref["time_us"] / 10.0)
+    assert math.isnan(table["ratio"].iloc[1]) and table["host_bound"].iloc[1] is True
