@@ -1,7 +1,8 @@
-"""``make gpu-check``'s CPU-side logic: each check in its own process with a timeout, the
-three outcomes, the time budget, the summary files, the list of checks per backend, the
-offline install script, and the pure parts of the NVRAR checks (test data with subnormals,
-the loopback's expected result). The checks themselves need a GPU."""
+"""``make gpu-check``'s CPU-side logic: each check in its own process tree with a timeout,
+the four outcomes, the time budget, the summary files and the archive, the list of checks
+per backend, the wheel set's refusals and OUT's limits, the offline script, and the pure
+parts of the NVRAR checks (test data with subnormals, the loopback's expected result). The
+checks themselves need a GPU; the whole run is rehearsed in tests/test_gpu_rehearsal.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import ml_dtypes
@@ -17,8 +19,9 @@ import numpy as np
 import pytest
 
 from commbench.gpucheck import checks as gpucheck
+from commbench.gpucheck import runner
 from commbench.gpucheck.__main__ import main as gpucheck_main
-from commbench.gpucheck.checks import FAILED, NOT_APPLICABLE, OK, Check, run_all
+from commbench.gpucheck.runner import FAILED, NOT_APPLICABLE, NOT_RUN, OK, Check, run_all
 from commbench.gpucheck.nvrar import check_inputs, loopback_expected, storage_dtype
 from commbench.kernels.reduce import BF16, SUPPORTED_DTYPES, reduce_into
 
@@ -30,7 +33,8 @@ def fake(name: str, func: str, timeout_s: float = 30, **kw) -> Check:
     return Check(name, timeout_s, func=f"{FAKES}:{func}", **kw)
 
 
-def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
+def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "RESULT_GRACE_S", 1.0)
     py = sys.executable
     checks = [
         fake("passes", "passes"),
@@ -38,51 +42,96 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path):
         fake("raises", "raises"),
         fake("hangs", "hangs", timeout_s=1),
         fake("crashes", "crashes"),
-        fake("hangs at exit", "hangs_at_exit", timeout_s=3),
+        fake("hangs at exit", "hangs_at_exit", timeout_s=60),
         Check("skipped", 10, argv=(py, "-c", "raise SystemExit(9)"), skip="rccl runs on rocm"),
         Check("command ok", 10, argv=(py, "-c", "print('# Out of bounds values : 0 OK')")),
         Check("command fails", 10, argv=(py, "-c", "import sys; sys.exit('bad size')")),
     ]
     lines: list[str] = []
-    results = {r.name: r for r in run_all(checks, tmp_path, 60, echo=lines.append)}
+    work = tmp_path / "work"
+    (work / "runs").mkdir(parents=True)
+    (work / "runs" / "a.jsonl").write_text("{}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    results = {r.name: r for r in run_all(checks, out, 90, echo=lines.append, work=work)}
     assert results["passes"].status == OK and results["passes"].details == {"GBps": 1.5}
     assert results["not here"].status == NOT_APPLICABLE
     assert results["not here"].error == "NVSHMEM is NVIDIA-only (ROCm GPU)"
     assert results["raises"].status == FAILED and "3 of 100 differ" in results["raises"].error
     assert results["hangs"].status == FAILED
-    assert results["hangs"].error == "timed out after 1 s (killed)"
+    assert results["hangs"].error == "timed out after 1 s (stopped)"
     assert results["hangs"].seconds < 10
     assert results["crashes"].status == FAILED and "crashed" in results["crashes"].error
-    assert results["hangs at exit"].status == FAILED
-    assert (
-        results["hangs at exit"].error == "the check passed, then the process was killed after 3 s"
-    )
-    assert results["hangs at exit"].details["checked"] is True
+    # a hang after the result (MPI_Finalize, nvshmem_finalize) costs the grace, not 60 s
+    hung = results["hangs at exit"]
+    assert hung.status == FAILED and hung.seconds < 20, hung
+    assert hung.error == "the check passed, then the process did not exit within 1 s (stopped)"
+    assert hung.details["checked"] is True
     assert results["skipped"].status == NOT_APPLICABLE and results["skipped"].seconds == 0
     assert results["command ok"].status == OK
     assert "0 OK" in results["command ok"].details["stdout"][-1]
     assert results["command fails"].status == FAILED
     assert results["command fails"].error == "exit status 1: bad size"
     assert len(lines) == len(checks)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["counts"] == {OK: 2, FAILED: 5, NOT_APPLICABLE: 2}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {OK: 2, FAILED: 5, NOT_APPLICABLE: 2, NOT_RUN: 0}
     assert [c["name"] for c in summary["checks"]] == [c.name for c in checks]
-    text = (tmp_path / "summary.txt").read_text().splitlines()
-    assert text[0] == "# commbench gpu-check: 2 ok, 5 failed, 2 not applicable"
+    text = (out / "summary.txt").read_text().splitlines()
+    assert text[0] == "# commbench gpu-check: 2 ok, 5 failed, 2 not applicable, 0 not run"
     assert any(line.startswith("failed") and "hangs  timed out" in line for line in text)
+    assert sorted(p.name for p in out.iterdir()) == ["runs.tar.gz", "summary.json", "summary.txt"]
+    with tarfile.open(out / "runs.tar.gz") as tar:  # the run files and every check's output
+        names = tar.getnames()
+    assert "runs/a.jsonl" in names and "logs/hangs.txt" in names and "logs/command-fails.txt" in names
 
 
 def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path, monkeypatch):
     # a check needs MIN_START_S (5 s) of budget left to start; 1 s here, so that the
     # budget runs out 4 s sooner (what is checked does not depend on the value)
-    monkeypatch.setattr(gpucheck, "MIN_START_S", 1.0)
+    monkeypatch.setattr(runner, "MIN_START_S", 1.0)
+    monkeypatch.setattr(runner, "RESERVE_S", 0.0)  # nothing kept for the check after it
     checks = [fake("hangs", "hangs", timeout_s=300), fake("passes", "passes")]
     results = run_all(checks, tmp_path, budget_s=3, echo=lambda _: None)
-    timed_out = re.match(r"timed out after ([\d.]+) s \(killed\)", results[0].error)
+    timed_out = re.match(r"timed out after ([\d.]+) s \(stopped\)", results[0].error)
     assert results[0].status == FAILED and timed_out, results[0].error
     assert 2 <= float(timed_out.group(1)) <= 3  # the budget left when it started, not 300 s
-    assert results[1].status == FAILED and results[1].error.startswith("not run: the time budget")
-    assert json.loads((tmp_path / "summary.json").read_text())["counts"][FAILED] == 2
+    assert results[1].status == NOT_RUN and results[1].error.startswith("the time budget")
+    assert json.loads((tmp_path / "summary.json").read_text())["counts"][NOT_RUN] == 1
+
+
+def test_checks_still_to_come_keep_their_share_of_the_budget(tmp_path, monkeypatch):
+    """A hang early on is cut to what the later checks leave: they still run."""
+    monkeypatch.setattr(runner, "RESERVE_S", 3.0)
+    monkeypatch.setattr(runner, "MIN_START_S", 1.0)
+    checks = [fake("hangs", "hangs", timeout_s=300), fake("passes", "passes"),
+              fake("passes too", "passes")]  # fmt: skip
+    results = run_all(checks, tmp_path, budget_s=12, echo=lambda _: None)
+    assert results[0].status == FAILED and results[0].seconds < 9
+    assert [r.status for r in results[1:]] == [OK, OK]
+
+
+def test_the_summary_names_every_check_before_any_ends(tmp_path):
+    checks = [Check("a", 1, argv=("true",)), Check("b", 1, argv=("true",))]
+    runner.write_summary(tmp_path, checks, {}, {"budget_s": 1})
+    rows = json.loads((tmp_path / "summary.json").read_text())["checks"]
+    assert [(r["name"], r["status"]) for r in rows] == [("a", NOT_RUN), ("b", NOT_RUN)]
+    assert "pending" in rows[0]["error"]
+
+
+def test_a_stopped_launcher_takes_its_whole_tree_along(tmp_path):
+    """What a timeout stops: the process, its children, and a grandchild that left the
+    process group (as a launcher's ranks can)."""
+    pids = tmp_path / "pids"
+    script = (f"import os, subprocess, sys, time\n"
+              f"a = subprocess.Popen(['sleep', '300'])\n"
+              f"b = subprocess.Popen([sys.executable, '-c', 'import os, time; os.setpgid(0, 0); "
+              f"time.sleep(300)'])\n"
+              f"open({str(pids)!r}, 'w').write(f'{{a.pid}} {{b.pid}}')\n"
+              f"time.sleep(300)\n")  # fmt: skip
+    code, _, _, how = runner.run_process([sys.executable, "-c", script], 3)
+    assert code is None and how == "timed out"
+    for pid in map(int, pids.read_text().split()):
+        assert not runner._alive(pid), f"{pid} outlived the timeout"
 
 
 def test_concurrent_checks_run_side_by_side(tmp_path):
@@ -96,9 +145,11 @@ def test_concurrent_checks_run_side_by_side(tmp_path):
 
 
 def test_a_failure_on_one_rank_fails_the_two_rank_check(tmp_path):
+    """Under the sandbox's Open MPI settings (TCP over loopback, no UCX, no single copy)."""
     (res,) = run_all([fake("pair", "fails_on_rank_one", ranks=2, timeout_s=60)], tmp_path, 90,
                      echo=lambda _: None)  # fmt: skip
-    assert res.status == FAILED and res.error.startswith("rank 1: RuntimeError(")
+    assert res.status == FAILED and res.error.startswith("rank 1: RuntimeError("), res
+    assert runner.check_env()["OMPI_MCA_btl"] == "self,tcp"
 
 
 def test_every_registered_implementation_is_listed_per_backend(tmp_path):
@@ -112,20 +163,24 @@ def test_every_registered_implementation_is_listed_per_backend(tmp_path):
         assert (rocm[f"run {key}"].skip is None) == ("rocm" in spec.backends)
         assert rocm[f"graph {key}"].skip  # no graph capture in CuPy on ROCm
     assert cuda["graph allreduce/nccl"].skip is None
-    assert "-G" in cuda["graph allreduce/nccl"].argv
+    graph = cuda["graph allreduce/nccl"]  # the replays' output is checked, not only capture
+    assert graph.func.endswith(":check_graph_replay")
+    assert graph.args == ("allreduce", "nccl", "cuda", "bf16")
+    assert "NVSHMEM rail is never reached" in cuda["run allreduce/nvrar"].note
     assert "cannot be captured" in cuda["graph allreduce/mpi"].skip
     assert "cannot be captured" in cuda["graph alltoallv/fast+sched"].skip
     assert "does not run on backend 'cuda'" in cuda["run allreduce/rccl"].skip
     argv = cuda["run allreduce/mpi"].argv
     assert argv[argv.index("-d") + 1] == "float"  # mpi takes no bf16 on a GPU
     assert all(c.concurrent for c in cuda.values())
-    outs = [c.argv[c.argv.index("--out") + 1] for c in cuda.values()]
+    outs = [c.argv[c.argv.index("--out") + 1] for c in cuda.values() if c.argv]
     assert len(set(outs)) == len(outs)  # concurrent runs never share a records file
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert gpucheck_main([str(tmp_path), "--budget", "1"]) == 2
-    assert "--budget must be more than" in capsys.readouterr().err
+    assert "must be more than 5 s" in capsys.readouterr().err
+    assert gpucheck_main([str(tmp_path), "--time-left", "2"]) == 2
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert gpucheck_main([str(blocker / "sub")]) == 2
