@@ -21,8 +21,8 @@ import pytest
 from commbench.gpucheck import checks as gpucheck
 from commbench.gpucheck import runner
 from commbench.gpucheck.__main__ import main as gpucheck_main
-from commbench.gpucheck.runner import FAILED, NOT_APPLICABLE, NOT_RUN, OK, Check, run_all
 from commbench.gpucheck.nvrar import check_inputs, loopback_expected, storage_dtype
+from commbench.gpucheck.runner import FAILED, NOT_APPLICABLE, NOT_RUN, OK, Check, run_all
 from commbench.kernels.reduce import BF16, SUPPORTED_DTYPES, reduce_into
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,9 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == ["runs.tar.gz", "summary.json", "summary.txt"]
     with tarfile.open(out / "runs.tar.gz") as tar:  # the run files and every check's output
         names = tar.getnames()
-    assert "runs/a.jsonl" in names and "logs/hangs.txt" in names and "logs/command-fails.txt" in names
+    assert (
+        "runs/a.jsonl" in names and "logs/hangs.txt" in names and "logs/command-fails.txt" in names
+    )
 
 
 def test_budget_stops_starting_checks_and_cuts_timeouts(tmp_path, monkeypatch):

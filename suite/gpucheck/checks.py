@@ -256,8 +256,8 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
 
     from commbench.harness import collectives
     from commbench.harness.backends import create_transport
-    from commbench.harness.topology import Topology
     from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.harness.topology import Topology
     from commbench.kernels.registry import lookup
 
     topo = Topology.create(gpus_per_node=1)

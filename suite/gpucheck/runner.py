@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,7 +247,9 @@ def run_check(check: Check, timeout_s: float, log_dir: Path | None = None) -> Re
                 argv = [launcher, "-n", str(check.ranks), *argv]
         else:
             argv = list(check.argv)
-        code, stdout, stderr, how = run_process(argv, timeout_s, result_file if check.func else None, log)
+        code, stdout, stderr, how = run_process(
+            argv, timeout_s, result_file if check.func else None, log
+        )
         seconds = time.perf_counter() - t0
         found = json.loads(result_file.read_text()) if result_file.exists() else None
     res = _judge(check, found, code, how, timeout_s, stdout, stderr)
@@ -283,7 +286,7 @@ def _last_line(text: str) -> str:
 
 
 def _file_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-")
+    return re.sub(r"[^A-Za-z0-9._]+", "-", name).strip("-")
 
 
 # ---------------------------------------------------------------- the output folder

@@ -65,7 +65,9 @@ def groups(cuda: int) -> dict[str, tuple[str, ...]]:
 
 def fetch_requirements(cuda: int) -> list[str]:
     """The ``pip download`` arguments for the set of CUDA ``cuda``."""
-    specs = {k.format(cuda=cuda): v.format(cuda=cuda, next=cuda + 1) for k, v in FETCH_SPECS.items()}
+    specs = {
+        k.format(cuda=cuda): v.format(cuda=cuda, next=cuda + 1) for k, v in FETCH_SPECS.items()
+    }
     return [d + specs.get(d, "") for dists in groups(cuda).values() for d in dists]
 
 
@@ -75,7 +77,9 @@ def wheel_parts(filename: str) -> tuple[str, str, list[str]]:
     if not filename.endswith(".whl") or len(parts) not in (5, 6):
         raise Refusal(f"{filename}: not a wheel file name (name-version-python-abi-platform.whl)")
     name, version, pys, abis, plats = parts[0], parts[1], *parts[-3:]
-    tags = [f"{p}-{a}-{pl}" for p in pys.split(".") for a in abis.split(".") for pl in plats.split(".")]
+    tags = [
+        f"{p}-{a}-{pl}" for p in pys.split(".") for a in abis.split(".") for pl in plats.split(".")
+    ]
     return canonical(name), version, tags
 
 
@@ -126,10 +130,14 @@ def seal(folder: Path, cuda: int) -> dict:
     for e in entries:  # a need of one wheel that the set itself fills must be met by it
         for line in _requires(folder / e["file"]):
             req = requirements.Requirement(line)
-            if req.marker is not None and not req.marker.evaluate({"extra": "", "python_version": "3.12"}):
+            if req.marker is not None and not req.marker.evaluate(
+                {"extra": "", "python_version": "3.12"}
+            ):
                 continue
             got = have.get(canonical(req.name))
-            if got is not None and not req.specifier.contains(version.Version(got), prereleases=True):
+            if got is not None and not req.specifier.contains(
+                version.Version(got), prereleases=True
+            ):
                 raise Refusal(f"{e['file']} needs {line}, the set has {req.name} {got}")
     doc = {"cuda": cuda, "wheels": entries}
     (folder / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
@@ -286,7 +294,9 @@ def limit_out(out: Path, keep: tuple[str, ...] = ("summary.txt", "gpu-check.log"
         for p in extra:
             p.unlink()
         shutil.move(tmp, out / "extra.tar.gz")
-        done.append(f"packed {len(extra)} files into extra.tar.gz (at most {OUT_MAX_FILES} come back)")
+        done.append(
+            f"packed {len(extra)} files into extra.tar.gz (at most {OUT_MAX_FILES} come back)"
+        )
         for p in sorted(out.rglob("*"), reverse=True):
             if p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
                 p.rmdir()
