@@ -210,7 +210,10 @@ def left_running(tag: str) -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and f"REHEARSAL_TAG={tag}".encode() in (entry / "environ").read_bytes():
+            if (
+                entry.name.isdigit()
+                and f"REHEARSAL_TAG={tag}".encode() in (entry / "environ").read_bytes()
+            ):
                 found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:200]!r}")
         except OSError:
             pass
@@ -275,7 +278,9 @@ def test_the_gpu_call_end_to_end(device, tmp_path, monkeypatch):
     assert pair["status"] == FAILED and pair["error"].startswith("rank 0: "), pair
 
     # preflight: what was found, and from where (the carried group shadows the image's)
-    pre = {line.split(None, 1)[0]: line for line in (out / "preflight.txt").read_text().splitlines()}
+    pre = {
+        line.split(None, 1)[0]: line for line in (out / "preflight.txt").read_text().splitlines()
+    }
     site = str(device["base"] / "site")
     assert "Open MPI" in pre["mpi4py"] and site in pre["mpiexec"], pre
     assert "cuda-core 0.5.0" in pre["cuda.core"] and site in pre["cuda.core"]

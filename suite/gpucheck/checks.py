@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -249,9 +250,9 @@ GRAPH_SIZES = (64 << 10, 4 << 20)
 def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | None,
                        calls: int = 4) -> dict:  # fmt: skip
     """``calls`` calls of ``impl`` captured in one CUDA/HIP graph, as ``commbench run -G``
-    captures them; the graph replayed on fresh inputs (two repetitions' seeded data), and
-    each replay's output checked like the driver's checked call: a graph that replays
-    stale or wrong data fails, not only one whose capture raises."""
+    captures them; the graph replayed on fresh inputs and each replay's output checked like
+    the driver's checked call: a graph that replays stale or wrong data fails, not only one
+    whose capture raises."""
     import cupy
 
     from commbench.harness import collectives
@@ -270,34 +271,55 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
         else:
             traffic = collectives.uniform_traffic(topo.size, size, 1)
             point = collectives.alltoallv_point(t, traffic, size, 1, None)
-        collectives.fill(t, point, rep=0)
-        obj.setup(point.case)
-        obj.run(point.case)  # warm, outside the capture (first-call set-up)
-        t.synchronize()
-        stream = t.stream
-        stream.begin_capture()
-        try:
-            for _ in range(calls):
-                obj.run(point.case)
-        finally:
-            graph = stream.end_capture()
-        for rep in (1, 2):
-            collectives.fill(t, point, rep=rep)
-            graph.launch(stream)
-            wrong = collectives.count_wrong(t, point, rep=rep)
-            assert wrong == 0, f"size {size}: {wrong} wrong after graph replay {rep}"
+        wrong, launch = graph_replay_wrong(t, obj, point, stream_capture(t.stream), calls)
+        assert not any(wrong), f"size {size}: wrong elements after each replay: {wrong}"
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
+        start.record(t.stream)
         for _ in range(5):
-            graph.launch(stream)
-        stop.record(stream)
+            launch()
+        stop.record(t.stream)
         stop.synchronize()
         out[f"{size}B_us_per_call"] = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / (5 * calls)
-    out["checked"] = "every replay's output, 2 repetitions' inputs per size"
+    out["checked"] = "each replay's output, on 2 repetitions' inputs per size"
     if hasattr(obj, "close"):
         obj.close()
     t.close()
     return out
+
+
+def stream_capture(stream: Any) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """``capture(fn)``: ``fn``'s work on ``stream`` captured in a graph (CuPy's
+    ``begin_capture``/``end_capture``, as the driver's ``-G``); returns its launcher."""
+
+    def capture(fn: Callable[[], None]) -> Callable[[], None]:
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+        return lambda: graph.launch(stream)
+
+    return capture
+
+
+def graph_replay_wrong(t: Any, impl: Any, point: Any, capture: Callable, calls: int
+                       ) -> tuple[list[int], Callable[[], None]]:  # fmt: skip
+    """Wrong elements after each of two replays of ``calls`` captured calls, each on fresh
+    seeded inputs (repetitions 1 and 2; the capture saw repetition 0's), and the launcher."""
+    from commbench.harness import collectives
+
+    case = point.case
+    collectives.fill(t, point, rep=0)
+    impl.setup(case)
+    impl.run(case)  # warm, outside the capture (first-call set-up)
+    t.synchronize()
+    launch = capture(lambda: [impl.run(case) for _ in range(calls)])
+    wrong = []
+    for rep in (1, 2):
+        collectives.fill(t, point, rep=rep)
+        launch()
+        wrong.append(collectives.count_wrong(t, point, rep=rep))
+    return wrong, launch
 
 
 # ---------------------------------------------------------------- the list
