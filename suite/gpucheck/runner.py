@@ -171,13 +171,10 @@ def stop_tree(proc: subprocess.Popen) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < deadline:
-            proc.poll()
-            alive = [p for p in pids if _alive(p)]
-            if not alive:
-                break
+        while pids and time.monotonic() < deadline:
+            proc.poll()  # reaps the leader; its session still names the rest
             time.sleep(0.05)
-        pids = [p for p in process_tree(proc.pid) if _alive(p)] or [p for p in pids if _alive(p)]
+            pids = [p for p in set(pids) | set(process_tree(proc.pid)) if _alive(p)]
         if not pids:
             break
     proc.wait()

@@ -198,10 +198,13 @@ def plan(folder: Path) -> tuple[list[Path], list[str]]:
 
 
 def _line(label: str, fn) -> str:
+    """``label  what fn() says`` on one printable line (a failure is a line too)."""
     try:
-        return f"{label:24s} {fn()}"
+        text = str(fn())
     except BaseException as exc:  # every failure is one line of the report
-        return f"{label:24s} FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        text = f"FAILED {type(exc).__name__}: {exc}"
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return f"{label:24s} {text[:400]}"
 
 
 def _where(module: str) -> str:
