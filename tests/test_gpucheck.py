@@ -10,9 +10,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -423,3 +425,41 @@ def test_a_failed_fetch_leaves_nothing_half_made(tmp_path, download, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [".gpu-wheels", "python3"]
     assert [p.name for p in wheels.iterdir()] == ["MANIFEST.json"]  # left as it was
+
+
+def test_a_call_cut_off_during_setup_still_leaves_where_it_was(tmp_path):
+    """The GPU call's timeout kills the whole command without a word: OUT says which setup
+    step it was in (here a `pip install` that never returns)."""
+    wheels = tmp_path / ".gpu-wheels"
+    wheels.mkdir()
+    _whole_set(wheels)
+    wheelset.seal(wheels, 13)
+    hangs = tmp_path / "hangs"
+    hangs.mkdir()
+    python = _failing_python(hangs, "")  # pip download: not used here
+    python.write_text(python.read_text().replace(
+        'if [ "$1 $2 $3" = "-m pip download" ]', 'if [ "$1 $2 $3" = "-m pip install" ]; then sleep 300; fi\nif false'))  # fmt: skip
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(python), "GPU_WHEELS": str(wheels),
+           "GPU_SITE": str(tmp_path / "site"), "GPU_WORK": str(tmp_path / "work")}  # fmt: skip
+    proc = subprocess.Popen(["bash", str(ROOT / "tools" / "gpu-check.sh"), "run", str(out)],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while "installing the carried" not in _read(out / "summary.txt"):
+            assert time.monotonic() < deadline and proc.poll() is None, _read(out / "gpu-check.log")
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    text = (out / "summary.txt").read_text()
+    assert text.startswith("# commbench gpu-check: no check ran: setup did not finish"), text
+    assert "openmpi" in (out / "gpu-check.log").read_text()  # the plan, logged as it went
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

@@ -74,7 +74,7 @@ fetch() {
 
 # ---------------------------------------------------------------- run
 
-OUT_DIR="" STEP="starting" TEE_PID=""
+OUT_DIR="" STEP="starting" TEE_PID="" STOPPED=0
 
 # summary.txt/json for a run that ended before any check: why, and where the log is.
 setup_summary() {
@@ -88,19 +88,27 @@ open(sys.argv[1], "w").write(json.dumps(doc, indent=2) + "\n")
 EOF
 }
 
+# The next setup step, in OUT/summary.txt too: a call cut off during setup (the GPU call's
+# timeout kills without a word) still leaves where it was.
+step() {
+  STEP=$1
+  setup_summary "setup did not finish" "it was $STEP"
+}
+
 # Setup cannot go on: the reason on screen, in the log and in OUT/summary.txt.
 stop() {
   local code=$1
   shift
   echo "gpu-check: $*" >&2
   setup_summary "$([ "$code" = 2 ] && echo refused || echo 'setup failed')" "$*"
+  STOPPED=1
   exit "$code"
 }
 
 finish() {
   local code=$?
   trap - EXIT TERM INT
-  if [ ! -s "$OUT_DIR/summary.txt" ]; then
+  if [ "$STOPPED" = 0 ] && ! grep -q '^# commbench gpu-check: [0-9]' "$OUT_DIR/summary.txt" 2>/dev/null; then
     setup_summary "setup failed" "ended while $STEP (exit status $code)"
     echo "gpu-check: ended while $STEP (exit status $code)" >&2
   fi
@@ -130,7 +138,7 @@ run() {
   [ -z "${COMMBENCH_GPUCHECK_REHEARSAL:-}" ] ||
     echo "gpu-check: REHEARSAL (COMMBENCH_GPUCHECK_REHEARSAL is set): fake GPU modules, rehearsal-only checks"
 
-  STEP="checking the wheel set $WHEELS"
+  step "checking the wheel set $WHEELS"
   local plan errors code
   errors=$(mktemp) || stop 3 "mktemp failed"
   plan=$(PYTHONPATH="" "$PYTHON" "$WHEELSET" plan "$WHEELS" 2>"$errors")
@@ -145,7 +153,7 @@ run() {
   mapfile -t wheels <<<"$plan"
   [ -n "$plan" ] || wheels=()
 
-  STEP="installing the carried wheels into $SITE"
+  step "installing the carried wheels into $SITE"
   local sitepkg stamp
   sitepkg=$("$PYTHON" -c 'import sys, sysconfig
 print(sysconfig.get_path("purelib", "posix_prefix", {"base": sys.argv[1], "platbase": sys.argv[1]}))' "$SITE") ||
@@ -170,13 +178,13 @@ print(sysconfig.get_path("purelib", "posix_prefix", {"base": sys.argv[1], "platb
     export MPIEXEC="$SITE/bin/mpiexec" MPI4PY_LIBMPI="$SITE/lib/libmpi.so.40"
   fi
 
-  STEP="installing commbench into $SITE"
+  step "installing commbench into $SITE"
   rm -rf "$sitepkg/commbench" "$sitepkg"/commbench-*.dist-info
   "$PYTHON" -m pip install --quiet --no-index --no-deps --no-build-isolation --ignore-installed \
     --no-compile --no-warn-script-location --prefix "$SITE" "$ROOT" ||
     stop 3 "could not install commbench (needs setuptools 64 or later: the set's 'build' group)"
 
-  STEP="writing preflight.txt"
+  step "writing preflight.txt"
   cd "$ROOT" || stop 3 "cannot enter $ROOT"
   local limit=()
   if command -v timeout >/dev/null; then limit=(timeout -k 5 120); fi
