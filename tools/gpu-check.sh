@@ -141,7 +141,7 @@ run() {
   step "checking the wheel set $WHEELS"
   local plan errors code
   errors=$(mktemp) || stop 3 "mktemp failed"
-  plan=$(PYTHONPATH="" "$PYTHON" "$WHEELSET" plan "$WHEELS" 2>"$errors")
+  plan=$("$PYTHON" "$WHEELSET" plan "$WHEELS" 2>"$errors")
   code=$?
   cat "$errors" >&2
   if [ "$code" != 0 ]; then
@@ -165,7 +165,7 @@ print(sysconfig.get_path("purelib", "posix_prefix", {"base": sys.argv[1], "platb
     rm -rf "$SITE"
     mkdir -p "$SITE" || stop 3 "cannot make $SITE"
     if [ ${#wheels[@]} -gt 0 ]; then
-      PYTHONPATH="" "$PYTHON" -m pip install --quiet --no-index --no-deps --ignore-installed \
+      "$PYTHON" -m pip install --quiet --no-index --no-deps --ignore-installed \
         --no-compile --no-warn-script-location --prefix "$SITE" "${wheels[@]}" ||
         stop 3 "pip could not install the carried wheels (output above)"
     fi

@@ -153,7 +153,7 @@ def _installed_version(dist: str) -> str | None:
 
 def plan(folder: Path) -> tuple[list[Path], list[str]]:
     """(wheels to install, one report line per package); Refusal when the set is unusable.
-    Run it without the set on ``PYTHONPATH``: the machine's own packages decide."""
+    Run before the set is on ``PYTHONPATH``: the machine's own packages decide."""
     _, tags, version = _packaging()
     hint = (f"make the set with `make gpu-wheels` (or `tools/gpu-check.sh fetch`) on a machine "
             f"with network and carry {folder.name}/ (it is git-ignored: name it in the GPU "
