@@ -25,7 +25,7 @@ endif
 # through $MPIEXEC; the MPI environment they need is commbench.launch's, not the shell's).
 export MPIEXEC
 
-.PHONY: install run test bench soak gpu-wheels gpu-check figures report slurm jobs lint clean \
+.PHONY: install run test bench soak gpu-wheels gpu-check gpu-rehearsal figures report slurm jobs lint clean \
 	cluster-up cluster-run cluster-down cluster-bench cluster-slurm cluster-jobs
 
 install: $(VENV)/.installed
@@ -56,17 +56,23 @@ soak: install
 	$(PY) -m commbench.benchmarks.soak calls $(SOAK_CALLS)
 	$(PY) -m commbench.benchmarks.soak inject $(SOAK_FAULTS)
 
-# The one-GPU check (tools/gpu-check.sh). `make gpu-wheels` (network; GPU_CUDA=13 or 12)
-# puts the wheels a GPU machine lacks into .gpu-wheels/; `make gpu-check` installs from
-# there into .gpu-venv/ (the machine's own CuPy, mpi4py, numpy stay) and writes
-# GPU_OUT/summary.{json,txt}. OFFLINE=1: never fetch.
+# The one-GPU check (tools/gpu-check.sh; README "GPU check"). `make gpu-wheels` (network;
+# GPU_CUDA=13 or 12, GPU_FETCH=--here for this machine's Python) seals the wheel set a GPU
+# machine lacks into .gpu-wheels/ (git-ignored: carry it); `make gpu-check` installs what
+# the machine lacks from it into .gpu-site/ and writes GPU_OUT/ (a GPU machine without make
+# runs `bash tools/gpu-check.sh run "$OUT"`); `make gpu-rehearsal` rehearses that call here,
+# on a throw-away image shaped like the GPU machine's (also part of `make test`).
 GPU_CUDA ?= 13
 GPU_OUT ?= results/gpucheck
+GPU_FETCH ?=
 gpu-wheels:
-	PYTHON=$(PYTHON) bash tools/gpu-check.sh fetch --cuda $(GPU_CUDA)
+	PYTHON=$(PYTHON) bash tools/gpu-check.sh fetch --cuda $(GPU_CUDA) $(GPU_FETCH)
 
 gpu-check:
-	OFFLINE=$(OFFLINE) GPU_CUDA=$(GPU_CUDA) PYTHON=$(PYTHON) bash tools/gpu-check.sh run $(GPU_OUT)
+	PYTHON=$(PYTHON) bash tools/gpu-check.sh run $(GPU_OUT)
+
+gpu-rehearsal: install
+	$(PY) -m pytest -q tests/test_gpu_rehearsal.py
 
 figures: install
 	$(BIN)/commbench figures results -o results/figures

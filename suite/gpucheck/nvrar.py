@@ -3,7 +3,8 @@
 * the LL8 kernels bit for bit against the CPU code (``kernels/nvrar/cells.py`` / ``kernels/reduce.py``), every
   dtype and op, on inputs with subnormals (CuPy compiles with ``-ftz=true``);
 * their bandwidth as a fraction of a plain device-to-device copy timed in the same run;
-* nvshmem4py on one PE: a sub-buffer put and a counter signal to itself;
+* nvshmem4py on one PE: a sub-buffer put and a counter signal to itself (and which
+  bootstrap initialised it);
 * :meth:`NvshmemRail.run` itself on one PE, 2 and 4 rail "nodes" looped back to the PE
   (every put and credit goes to itself), plain and captured in a CUDA graph;
 * two ranks on one GPU: whether NCCL and NVSHMEM accept it, and if NVSHMEM does, the
@@ -215,7 +216,7 @@ def check_nvshmem_one_pe() -> dict:
 
     from commbench.harness.backends import create_transport
     from commbench.harness.topology import Topology
-    from commbench.kernels.nvrar.cuda import StreamRef, init_nvshmem
+    from commbench.kernels.nvrar.cuda import StreamRef, init_nvshmem, nvshmem_bootstrap
 
     topo = Topology.create(gpus_per_node=1)
     t = create_transport("cuda", topo)
@@ -239,7 +240,8 @@ def check_nvshmem_one_pe() -> dict:
     host = cupy.asnumpy(arr)
     assert np.array_equal(host[600:700], np.arange(10, 110)), "sub-buffer put"
     assert int(host[1000]) == 1, "SIGNAL_ADD"
-    result = {"pes": nv.n_pes(), "my_pe": nv.my_pe(), "version": str(nv.get_version())}
+    result = {"pes": nv.n_pes(), "my_pe": nv.my_pe(), "version": str(nv.get_version()),
+              "bootstrap": nvshmem_bootstrap()}  # fmt: skip
     nv.free_array(arr)
     t.close()
     return result
@@ -326,7 +328,7 @@ def check_two_pes_one_gpu(count: int = 2001, timeout_s: float = 5.0) -> dict:
     from mpi4py import MPI
 
     from commbench.harness.topology import Topology
-    from commbench.kernels.nvrar.cuda import NvshmemRail, init_nvshmem
+    from commbench.kernels.nvrar.cuda import NvshmemRail, init_nvshmem, nvshmem_bootstrap
     from commbench.kernels.nvrar.tuning import Tuning
 
     world = MPI.COMM_WORLD
@@ -345,7 +347,7 @@ def check_two_pes_one_gpu(count: int = 2001, timeout_s: float = 5.0) -> dict:
         accepted = 0
     if not world.allreduce(accepted, op=MPI.MIN):
         raise NotApplicable(f"NVSHMEM does not take two PEs on one GPU here: {out}")
-    out["nvshmem"] = "two PEs initialised"
+    out["nvshmem"] = f"two PEs initialised (bootstrap {nvshmem_bootstrap()})"
     rail = NvshmemRail(host, lambda node: node, timeout_s)
     tuning = Tuning(chunk_bytes=1024, blocks=4, threads=128)
     for dtype in SUPPORTED_DTYPES:
