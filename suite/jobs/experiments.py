@@ -20,7 +20,13 @@ from pydantic import BaseModel, Field
 from commbench.config import STRICT, load_toml, parse
 from commbench.errors import UsageError
 from commbench.jobs.allocation import Allocation
-from commbench.jobs.external import SITE_KEYS, TOOL_BACKENDS, external_command, parse_external
+from commbench.jobs.external import (
+    OSU_PER_PEER,
+    SITE_KEYS,
+    TOOL_BACKENDS,
+    external_command,
+    parse_external,
+)
 from commbench.jobs.profile import JOBS_DIR, Profile, environ_name
 from commbench.jobs.syntax import NAME_RE, parse_walltime
 from commbench.kernels.registry import BACKENDS, COLLECTIVES, implementations
@@ -275,8 +281,9 @@ def plan_external(
             from commbench.kernels.dtypes import dtype_name
 
             dtype = dtype_name(parse_dtype(step.dtype)) if step.dtype else None
-            # OSU's all-to-all sizes are per peer; commbench's (and nccl-tests') per rank
-            per = alloc.ntasks if tool == "osu" and step.collective != "allreduce" else 1
+            # OSU's all-to-all and all-gather sizes are per peer; commbench's (and
+            # nccl-tests') the whole buffer
+            per = alloc.ntasks if tool == "osu" and step.collective in OSU_PER_PEER else 1
             cmd = external_command(
                 tool,
                 binary,
