@@ -109,6 +109,7 @@ POINT_DEFAULTS: dict[str, object] = {
     "versions": None,
     "env": None,
     "raw_file": None,
+    "inplace": None,
 }
 POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")

@@ -51,6 +51,7 @@ class StepOverride(BaseModel):
     workload: str | None = None
     timing: str | None = None
     average: int | None = None
+    inplace: str | None = None
     external: list[str] | None = None
 
 
@@ -88,6 +89,7 @@ class Step:
     workload: str | None = None
     timing: str | None = None
     average: int | None = None
+    inplace: str | None = None  # --inplace 0|1|both
     external: tuple[str, ...] = ()  # "TOOL" or "TOOL:BINARY" (commbench.jobs.external)
     by_system: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -125,6 +127,13 @@ def _validate_step(step: Step, where: str) -> Step:
         raise UsageError(f"{where}: timing must be pipelined or latency")
     if step.average not in (None, 0, 1, 2, 3):
         raise UsageError(f"{where}: average (-a) must be 0, 1, 2 or 3")
+    if step.inplace not in (None, "0", "1", "both"):
+        raise UsageError(f'{where}: inplace must be "0", "1" or "both"')
+    if step.inplace not in (None, "0"):
+        from commbench.harness.collectives import IN_PLACE
+
+        if step.collective not in IN_PLACE:
+            raise UsageError(f"{where}: inplace applies to {', '.join(IN_PLACE)}")
     if step.dtype is not None:
         from commbench.harness.backends.dtypes import parse_dtype
 
@@ -332,6 +341,8 @@ def step_args(step: Step, impl: str, backend: str, gpus_per_node: int | None, ou
         args += ["-a", str(step.average)]
     if step.timing:
         args += ["--timing", step.timing]
+    if step.inplace:
+        args += ["--inplace", step.inplace]
     if step.workload:
         args += ["--workload", step.workload]
     return [*args, "--out", out]
