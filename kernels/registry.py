@@ -11,9 +11,8 @@ What an implementation supports is data here, so the driver and the job renderer
 the same things with the same line (:func:`support_problem`): its backends, the element
 types it takes on a GPU (``gpu_dtypes``), whether a call can be captured in a CUDA graph
 (``capturable``: no host synchronisation or host-side work inside ``run``), the
-environment it needs before the device is opened (``env``), whether it runs in place
-(``inplace``: ``--inplace 1``) and whether it needs a power-of-two rank count
-(``pow2_ranks``).
+environment it needs before the device is opened (``env``) and whether it needs a
+power-of-two rank count (``pow2_ranks``).
 
 Plug-ins are found by importing every module under :mod:`kernels` (see
 :func:`load_plugins`), so adding an implementation means adding one module.
@@ -51,8 +50,6 @@ class ImplSpec:
     capturable: bool = True
     #: environment set before the device is opened (e.g. hardware queue count)
     env: Mapping[str, str] = field(default_factory=dict)
-    #: runs in place (nccl-tests' in-place buffers) as well as out of place
-    inplace: bool = True
     #: runs on a power-of-two number of ranks only
     pow2_ranks: bool = False
 
@@ -109,7 +106,6 @@ def register(
     gpu_dtypes: tuple[str, ...] | None = None,
     capturable: bool = True,
     env: Mapping[str, str] | None = None,
-    inplace: bool = True,
     pow2_ranks: bool = False,
 ) -> Callable[[type], type]:
     """Class decorator: make ``cls`` the implementation ``name`` of ``collective``
@@ -130,7 +126,6 @@ def register(
             None if gpu_dtypes is None else tuple(gpu_dtypes),
             capturable,
             dict(env or {}),
-            inplace,
             pow2_ranks,
         )
         return cls

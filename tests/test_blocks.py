@@ -224,3 +224,18 @@ def test_harness_sizes_fill_and_check(collective, inplace):
         assert collectives.count_wrong(_HostTransport(r, n), pt, 5) == 0
     cases[0].recv[:2] = 7  # two wrong elements on rank 0
     assert collectives.count_wrong(_HostTransport(0, n), points[0], 5) == 2
+
+
+def test_list_shows_the_new_collectives_and_their_flags(capsys):
+    from commbench.harness.driver import list_implementations
+
+    for collective in collectives.BLOCK_COLLECTIVES:
+        list_implementations(collective)
+    out = capsys.readouterr().out.splitlines()
+    rows = {(line.split()[0], line.split()[1]) for line in out}
+    assert ("allgather", "recursive-doubling") in rows and ("broadcast", "tree") in rows
+    assert ("reducescatter", "nccl") in rows and ("broadcast", "rccl") in rows
+    halving = next(x for x in out if x.split()[:2] == ["reducescatter", "recursive-halving"])
+    assert "[2^k ranks]" in halving
+    mpi = next(x for x in out if x.split()[:2] == ["broadcast", "mpi"])
+    assert "[no -G]" in mpi

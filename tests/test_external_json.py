@@ -135,3 +135,12 @@ def test_new_collectives_map_to_their_binaries():
     assert external.parse_external("rccl-tests", "reducescatter")[1] == "reduce_scatter_perf"
     assert external.parse_external("osu", "broadcast") == ("osu", "osu_bcast")
     assert external.parse_external("nccl-tests", "alltoallv") == ("nccl-tests", None)
+
+
+def test_rccl_tests_json_lines_of_the_new_collectives():
+    text = (FIXTURES / "rccl-tests-all_reduce-output_file.json").read_text()
+    for name, coll in (("AllGather", "allgather"), ("ReduceScatter", "reducescatter"),
+                       ("Broadcast", "broadcast")):  # fmt: skip
+        recs = external.parse_output("rccl-tests", text.replace("AllReduce", name), "f", {})
+        assert {r["collective"] for r in recs} == {coll} and all(r["inplace"] == 0 for r in recs)
+        assert recs[0]["busbw_factor"] == (1.0 if coll == "broadcast" else 0.75)

@@ -204,10 +204,6 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(
             f"--inplace applies to {', '.join(collectives.IN_PLACE)}, not {coll}: drop it"
         )
-    if True in inplace and not spec.inplace:
-        raise UsageError(
-            f"implementation {spec.name!r} ({coll}) does not run in place: use --inplace 0"
-        )
     if args.root and coll not in collectives.ROOTED:
         raise UsageError(f"-r/--root applies to {', '.join(collectives.ROOTED)}, not {coll}")
     if args.root < 0:
@@ -268,8 +264,6 @@ def list_implementations(collective: str | None) -> int:
         notes = "" if spec.capturable else " [no -G]"
         if spec.gpu_dtypes is not None:
             notes += f" [on GPUs: {','.join(spec.gpu_dtypes)}]"
-        if spec.collective in collectives.IN_PLACE and not spec.inplace:
-            notes += " [out of place only]"
         if spec.pow2_ranks:
             notes += " [2^k ranks]"
         print(
