@@ -239,3 +239,24 @@ def test_list_shows_the_new_collectives_and_their_flags(capsys):
     assert "[2^k ranks]" in halving
     mpi = next(x for x in out if x.split()[:2] == ["broadcast", "mpi"])
     assert "[no -G]" in mpi
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int64", "float16"])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_reduce_scatter_check_accepts_the_wrapped_integer_result(dtype, op):
+    """Inputs reduced as MPI does it in the dtype (integer sums wrap: 40 ranks overflow
+    int8) are what the check expects; unsigned inputs are shifted so max/min mean what
+    they say."""
+    n, dt = 40, np.dtype(dtype)
+    points = [collectives.block_point(_HostTransport(r, n), "reducescatter", 40 * 12 * dt.itemsize,
+                                      dt, op) for r in range(n)]  # fmt: skip
+    for r, pt in enumerate(points):
+        collectives.fill(_HostTransport(r, n), pt, rep=3)
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    with np.errstate(over="ignore"):
+        total = ufunc.reduce(np.stack([p.case.send for p in points]), axis=0, dtype=dt)
+    for r, pt in enumerate(points):
+        pt.case.recv[...] = total[r * 12 : (r + 1) * 12]
+        assert collectives.count_wrong(_HostTransport(r, n), pt, 3) == 0
+    points[1].case.recv[0] += 1 if dt.kind in "iu" else 100  # beyond fp16 sum tolerance
+    assert collectives.count_wrong(_HostTransport(1, n), points[1], 3) == 1

@@ -54,19 +54,24 @@ def _allreduce_parts(rank: int, count: int, rep: int) -> tuple[np.ndarray, int]:
     return a, b
 
 
+def _shift(dtype) -> int:
+    """Added to every input of an unsigned type, so max and min compare what was meant."""
+    return 6 if np.dtype(dtype).kind == "u" else 0
+
+
 def allreduce_input(rank: int, count: int, rep: int, dtype, op: str) -> np.ndarray:
     a, b = _allreduce_parts(rank, count, rep)
     if op == "prod":  # +-1 keeps products exact and in range
         values = np.where((a + b) % 2 == 0, 1, -1)
     else:
-        values = a + b
+        values = a + b + _shift(dtype)
     return values.astype(dtype)
 
 
-def allreduce_expected(nranks: int, count: int, rep: int, op: str) -> np.ndarray:
-    """The exact result in float64 (closed form over ranks)."""
+def allreduce_expected(nranks: int, count: int, rep: int, op: str, shift: int = 0) -> np.ndarray:
+    """The exact result in float64 (closed form over ranks); ``shift``: :func:`_shift`."""
     a, _ = _allreduce_parts(0, count, rep)
-    bs = np.array([(r * 7 + rep) % 5 - 2 for r in range(nranks)])
+    bs = np.array([(r * 7 + rep) % 5 - 2 for r in range(nranks)]) + shift
     if op == "sum":
         return (nranks * a + bs.sum()).astype(np.float64)
     if op == "max":
@@ -85,7 +90,9 @@ def allreduce_wrong(
     """Elements outside the dtype's tolerance (exact for integers); ``expected`` defaults
     to the whole all-reduce result (a reduce-scatter passes its block of it)."""
     if expected is None:
-        expected = allreduce_expected(nranks, got.size, rep, op)
+        expected = allreduce_expected(nranks, got.size, rep, op, _shift(got.dtype))
+    if got.dtype.kind in "iu":  # integers wrap as C's do (MPI's and NCCL's sums)
+        return int(np.count_nonzero(got != expected.astype(np.int64).astype(got.dtype)))
     scale = 6.0 * nranks if op == "sum" else 6.0
     err = np.abs(got.astype(np.float64) - expected)
     return int(np.count_nonzero(~(err <= tolerance(got.dtype, nranks) * scale)))
@@ -160,7 +167,9 @@ def block_expected(case: BlockCase, rep: int) -> np.ndarray:
         return np.concatenate([block_data(r, nbytes, rep) for r in range(case.nranks)])
     if case.collective == "broadcast":
         return block_data(case.root, nbytes, rep)
-    full = allreduce_expected(case.nranks, case.count * case.nranks, rep, case.op)
+    full = allreduce_expected(
+        case.nranks, case.count * case.nranks, rep, case.op, _shift(case.dtype)
+    )
     return full[case.rank * case.count : (case.rank + 1) * case.count]
 
 
