@@ -486,7 +486,10 @@ class Sweep:
                     bus.append(rec["busbw_GBps"])
                     row.append(rec)
             if self.is_root:
-                self._print_row(row, note="  (--resume: recorded before)" if resumed else "")
+                note = "  (--resume: recorded before)" if resumed == len(row) else ""
+                if 0 < resumed < len(row):  # one --inplace mode was, the other not
+                    note = f"  (--resume: {resumed} of {len(row)} recorded before)"
+                self._print_row(row, note=note)
         if self.is_root:
             self._progress_done()
             self._print_footer(total_wrong, bus)
