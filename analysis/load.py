@@ -113,6 +113,7 @@ POINT_DEFAULTS: dict[str, object] = {
     "host_bound": None,
     "timed_loop": None,
     "reference_time_us": math.nan,
+    "inplace": None,
 }
 POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")

@@ -31,8 +31,15 @@ KEY_FIELDS = (
 )
 
 
+#: Key fields that records written before them lack, compared only when set (an
+#: out-of-place record, ``inplace`` 0, still matches one from before ``--inplace``).
+OPTIONAL_KEY_FIELDS = ("inplace", "root")
+
+
 def point_key(record: dict) -> str:
-    return json.dumps([record.get(k) for k in KEY_FIELDS], sort_keys=True, default=str)
+    values: list = [record.get(k) for k in KEY_FIELDS]
+    values += [{k: record[k]} for k in OPTIONAL_KEY_FIELDS if record.get(k)]
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 def read_jsonl(path: str | os.PathLike, on_torn_tail=None):

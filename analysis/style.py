@@ -42,6 +42,9 @@ _KNOWN_IMPLS = (
     "fast+sched",
     "pxn",
     "deepep",
+    "recursive-halving",
+    "tree",
+    "scatter-allgather",
 )
 _PALETTE = (
     "#1f77b4",
@@ -59,6 +62,9 @@ _PALETTE = (
     "#e7969c",
     "#843c39",
     "#5254a3",
+    "#bd9e39",
+    "#ad494a",
+    "#6b6ecf",
 )
 REFERENCE_COLOR = "#444444"
 
@@ -127,11 +133,12 @@ def impl_color(name: str) -> str:
 
 
 def series_style(name: str, kind: str) -> dict:
-    """Line style for ``name`` as ``kind`` ('measured' or 'modelled')."""
+    """Line style for ``name`` as ``kind`` ('measured' or 'modelled'); an in-place series
+    (``... in place``) keeps its implementation's colour with triangles."""
     color = impl_color(name)
     if kind == "modelled":
         return {"color": color, "linestyle": "--", "marker": "s", "markerfacecolor": "none"}
-    return {"color": color, "linestyle": "-", "marker": "o"}
+    return {"color": color, "linestyle": "-", "marker": "^" if name.endswith(" in place") else "o"}
 
 
 def plot_series(

@@ -42,6 +42,9 @@ BASELINES: dict[str, tuple[str, ...]] = {
     "allreduce": ("nccl", "rccl", "mpi"),
     "alltoallv": ("fanout", "rccl", "nccl", "mpi"),
     "alltoall": ("fanout", "rccl", "nccl", "mpi"),
+    "allgather": ("nccl", "rccl", "mpi"),
+    "reducescatter": ("nccl", "rccl", "mpi"),
+    "broadcast": ("nccl", "rccl", "mpi"),
 }
 METRICS = ("time", "latency_max", "algbw", "busbw", "mean_algbw")
 
@@ -58,6 +61,8 @@ def with_series(df: pd.DataFrame) -> pd.DataFrame:
 
     ``fast`` stays ``fast`` when all its records share params; otherwise e.g.
     ``fast (strategy=bottleneck)`` and ``fast (strategy=plain)`` become separate lines.
+    A record measured in place (``inplace`` 1, nccl-tests' in-place buffers) is its
+    implementation's own line, ``ring in place``.
     """
     out = df.copy()
     if out.empty:
@@ -79,6 +84,9 @@ def with_series(df: pd.DataFrame) -> pd.DataFrame:
             labels.append(f"{impl} ({extra})")
         else:
             labels.append(str(impl))
+    if "inplace" in out:
+        inplace = pd.to_numeric(out["inplace"], errors="coerce").fillna(0).astype(bool)
+        labels = [f"{x} in place" if i else x for x, i in zip(labels, inplace, strict=True)]
     out["series"] = labels
     return out
 
@@ -348,6 +356,15 @@ AGREEMENT_PAIRS = (
     ("nccl", "nccl-tests:alltoall"),
     ("rccl", "rccl-tests:all_reduce"),
     ("rccl", "rccl-tests:alltoall"),
+    ("mpi", "osu:osu_allgather"),
+    ("mpi", "osu:osu_reduce_scatter"),
+    ("mpi", "osu:osu_bcast"),
+    ("nccl", "nccl-tests:all_gather"),
+    ("nccl", "nccl-tests:reduce_scatter"),
+    ("nccl", "nccl-tests:broadcast"),
+    ("rccl", "rccl-tests:all_gather"),
+    ("rccl", "rccl-tests:reduce_scatter"),
+    ("rccl", "rccl-tests:broadcast"),
 )
 
 
@@ -355,14 +372,18 @@ def agreement_table(df: pd.DataFrame) -> pd.DataFrame:
     """commbench's baselines against the external tools on the same allocation.
 
     Measured points of a pair in :data:`AGREEMENT_PAIRS` with the same system, run,
-    ranks, collective and size: both median times and commbench / external (1 = agree).
+    ranks, collective, size and buffers (in place or not): both median times and
+    commbench / external (1 = agree).
     """
-    keys = ["system", "run_id", "nodes", "nranks", "collective", "size_bytes"]
+    keys = ["system", "run_id", "nodes", "nranks", "collective", "size_bytes", "inplace"]
     cols = [*keys, "impl", "external", "commbench_us", "external_us", "ratio"]
     if df.empty:
         return pd.DataFrame(columns=cols)
     data = df[df["kind"] == "measured"].copy()
     data["run_id"] = data["run_id"].fillna("")
+    # in place against in place: records from before --inplace are out of place
+    inplace = data["inplace"] if "inplace" in data else pd.Series(0, index=data.index)
+    data["inplace"] = pd.to_numeric(inplace, errors="coerce").fillna(0).astype(int)
     med = data.groupby([*keys, "impl"], dropna=False)["time_us"].median().reset_index()
     parts = []
     for ours, theirs in AGREEMENT_PAIRS:

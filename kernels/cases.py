@@ -19,6 +19,32 @@ class AllreduceCase:
     count: int
     dtype: np.dtype
     op: str = "sum"
+    #: ``send`` is ``recv`` (nccl-tests' in-place call)
+    inplace: bool = False
+
+
+@dataclass
+class BlockCase:
+    """All-gather, reduce-scatter or broadcast with MPI's and NCCL's buffer layout.
+
+    ``count`` elements of ``dtype`` per rank block (all-gather: ``send`` holds ``count``,
+    ``recv`` ``count * nranks``; reduce-scatter: the other way round); for broadcast
+    ``count`` is the whole buffer, which ``root``'s ``send`` holds and every ``recv`` gets.
+    In place (``inplace``), as in nccl-tests: all-gather's ``send`` is ``recv``'s block
+    ``rank``, reduce-scatter's ``recv`` is ``send``'s block ``rank``, broadcast's ``send``
+    is ``recv``.
+    """
+
+    collective: str
+    send: Array
+    recv: Array
+    count: int
+    dtype: np.dtype
+    rank: int
+    nranks: int
+    op: str = "sum"
+    root: int = 0
+    inplace: bool = False
 
 
 @dataclass

@@ -12,8 +12,9 @@ C, as the ``mpi`` implementations do: one library call, no Python per iteration.
 What an implementation supports is data here, so the driver and the job renderer refuse
 the same things with the same line (:func:`support_problem`): its backends, the element
 types it takes on a GPU (``gpu_dtypes``), whether a call can be captured in a CUDA graph
-(``capturable``: no host synchronisation or host-side work inside ``run``), and the
-environment it needs before the device is opened (``env``).
+(``capturable``: no host synchronisation or host-side work inside ``run``), the
+environment it needs before the device is opened (``env``) and whether it needs a
+power-of-two rank count (``pow2_ranks``).
 
 Plug-ins are found by importing every module under :mod:`kernels` (see
 :func:`load_plugins`), so adding an implementation means adding one module.
@@ -27,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 #: The collectives commbench measures (``commbench run COLLECTIVE``).
-COLLECTIVES = ("allreduce", "alltoall", "alltoallv")
+COLLECTIVES = ("allreduce", "alltoall", "alltoallv", "allgather", "reducescatter", "broadcast")
 #: The transports an implementation runs on (``--backend``): numpy + MPI, CuPy + NCCL/RCCL.
 BACKENDS = ("cpu", "cuda", "rocm")
 GPU_BACKENDS = tuple(b for b in BACKENDS if b != "cpu")
@@ -51,6 +52,8 @@ class ImplSpec:
     capturable: bool = True
     #: environment set before the device is opened (e.g. hardware queue count)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: runs on a power-of-two number of ranks only
+    pow2_ranks: bool = False
 
     def support_problem(
         self, backend: str, dtype: str | None = None, graph: bool = False
@@ -72,6 +75,15 @@ class ImplSpec:
             return f"-G (graph capture) is not available on backend {backend!r} (CuPy captures graphs on cuda only)"
         if graph and not self.capturable:
             return f"{what} cannot be captured in a graph (its calls synchronise with or work on the host): run it without -G"
+        return None
+
+    def ranks_problem(self, nranks: int) -> str | None:
+        """Why this implementation cannot run on ``nranks`` ranks (one line), or None."""
+        if self.pow2_ranks and nranks & (nranks - 1):
+            return (
+                f"implementation {self.name!r} ({self.collective}) needs a power-of-two number "
+                f"of ranks, not {nranks}: start 2, 4, 8, ... ranks or use --impl ring"
+            )
         return None
 
     def check_params(self, params: dict) -> None:
@@ -96,6 +108,7 @@ def register(
     gpu_dtypes: tuple[str, ...] | None = None,
     capturable: bool = True,
     env: Mapping[str, str] | None = None,
+    pow2_ranks: bool = False,
 ) -> Callable[[type], type]:
     """Class decorator: make ``cls`` the implementation ``name`` of ``collective``
     (keywords: see :class:`ImplSpec`)."""
@@ -115,6 +128,7 @@ def register(
             None if gpu_dtypes is None else tuple(gpu_dtypes),
             capturable,
             dict(env or {}),
+            pow2_ranks,
         )
         return cls
 

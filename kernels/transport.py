@@ -104,6 +104,11 @@ class Transport(Protocol):
         """Block all-gather: ``recv.size == send.size * group size``."""
         ...
 
+    def broadcast(self, send: Array, recv: Array, root: int = 0, group: Group = "world") -> None:
+        """The library's broadcast (MPI_Bcast, ncclBroadcast): ``root``'s ``send`` to every
+        ``recv`` (``send`` may be ``recv``)."""
+        ...
+
     def barrier(self) -> None:
         """Host barrier over the world group."""
         ...

@@ -15,8 +15,9 @@ from tests.mpirun import DriverJobs, run_mpi
 #: process compiles the core (fresh checkout: about a minute on one core) or loads it; a
 #: test of one that scheduled would compile it a second time, here or in its ranks.
 FAST_FREE = {
-    "test_allreduce_algorithms", "test_analysis", "test_analysis_data",
-    "test_analysis_notebooks", "test_analysis_run", "test_cluster_plan", "test_external",
+    "test_allreduce_algorithms", "test_analysis", "test_analysis_blocks", "test_analysis_data",
+    "test_blocks", "test_analysis_notebooks", "test_analysis_run", "test_cluster_plan", "test_external",
+    "test_external_json",
     "test_gpu_paths", "test_harness_units", "test_jobs", "test_layers", "test_nvrar_units",
     "test_nvshmem_rail_fake", "test_reliability", "test_workloads",
 }  # fmt: skip

@@ -82,7 +82,7 @@ def test_every_cpu_implementation_matches_mpi_byte_for_byte_over_tcp(cluster, tm
     }
     from commbench.kernels.registry import implementations
 
-    for coll in ("alltoallv", "allreduce"):
+    for coll in ("alltoallv", "allreduce", "allgather", "reducescatter", "broadcast"):
         names = {s.name for s in implementations(coll) if "cpu" in s.backends}
         assert result[coll] == dict.fromkeys(names, 0), coll
 

@@ -145,6 +145,10 @@ BAD_INPUT = [
     (["allreduce", "--impl", "mpi", "--gpus-per-node", "3", "-b", "8", "-e", "8"], "does not divide"),
     (["allreduce", "--impl", "mpi", "--backend", "cuda"], "cannot run here"),
     (["alltoallv", "--impl", "fanout", "--workload", "zipf:x"], "zipf"),
+    (["alltoallv", "--impl", "fanout", "--inplace", "1"], "--inplace applies to"),
+    (["allgather", "--impl", "ring", "-r", "1"], "-r/--root applies to broadcast"),
+    (["broadcast", "--impl", "tree", "-r", "2", "-b", "8", "-e", "8"], "is not a rank of this 1-rank job"),
+    (["broadcast", "--impl", "mpi", "-b", "6", "-e", "6"], "not a multiple"),
 ]  # fmt: skip
 
 

@@ -37,6 +37,9 @@ def run_args(*argv: str) -> argparse.Namespace:
         (("allreduce", "--impl", "mpi", "--backend", "rocm", "-d", "fp16"), "does not take float16 on rocm"),
         (("allreduce", "--impl", "nccl", "--backend", "cpu"), "does not run on backend 'cpu'"),
         (("allreduce", "--impl", "ring", "--backend", "cpu", "-G", "2"), "needs --backend cuda"),
+        (("reducescatter", "--impl", "mpi", "--backend", "cuda", "-d", "bf16"), "does not take bfloat16 on cuda"),
+        (("broadcast", "--impl", "mpi", "--backend", "cuda", "-G", "2"), "cannot be captured"),
+        (("allgather", "--impl", "nccl", "--backend", "cpu"), "does not run on backend 'cpu'"),
     ],
 )  # fmt: skip
 def test_driver_refuses_with_one_line(argv, message):
@@ -63,6 +66,9 @@ def test_registry_marks_host_synchronising_implementations():
         ("alltoall", "mpi"),
         ("alltoallv", "mpi"),
         ("alltoallv", "fast+sched"),
+        ("allgather", "mpi"),
+        ("reducescatter", "mpi"),
+        ("broadcast", "mpi"),
     }
 
 

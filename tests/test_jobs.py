@@ -208,7 +208,9 @@ def test_experiments_are_the_papers_sweeps():
     assert fa.collective == "alltoallv" and "zipf:0.1" in fa.workload and "0.99" in fa.workload
     assert {"fast", "fanout", "spreadout", "mpi", "balance-only"} <= set(fa.impls["cuda"])
     colls = {s.collective for s in exps["interconnect"].steps}
-    assert colls == {"allreduce", "alltoallv"}
+    assert colls == {"allreduce", "alltoallv", "allgather", "reducescatter", "broadcast"}
+    for step in exps["interconnect"].steps[3:]:  # nccl-tests' in- and out-of-place columns
+        assert step.inplace == "both" and step.external == ("nccl-tests", "rccl-tests", "osu")
 
 
 def test_experiment_validation(tmp_path):
@@ -301,7 +303,14 @@ def test_golden_render_with_external_baselines():
         assert f"EXTERNAL_BINARY={EXTERNAL_SITE[key]}/{binary}\n" in script
     assert "-m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda" in script
     assert "-b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d bfloat16" in script
-    assert "import_external 07-allreduce-osu-osu_allreduce osu" in script
+    assert "import_external 16-allreduce-osu-osu_allreduce osu" in script
+    # OSU's all-gather size is per rank (16 here), nccl-tests' the gathered buffer
+    assert "-m 4096:262144 -i 200 -x 20 -T mpi_float -d cuda" in script
+    assert "--binary reduce_scatter_perf" in script and "--binary osu_bcast" in script
+    assert (
+        "--impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both"
+        in script
+    )
     assert "'allreduce rccl-tests: does not run on cuda'" in script
 
 
@@ -309,7 +318,7 @@ def test_unconfigured_external_baselines_are_skipped_with_a_line():
     script = render("perlmutter", 1).script
     assert "EXTERNAL_BINARY" not in script
     assert (
-        "skip_external 06-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: "
+        "skip_external 15-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: "
         "set COMMBENCH_NCCL_TESTS"
     ) in script
     assert "error" not in script.split("skip_external() {")[1].split("}")[0]

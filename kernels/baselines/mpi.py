@@ -153,14 +153,17 @@ class MpiAllreduce(_Mpi):
             )
         self._datatype, self._op = mpi_type_and_op(case.dtype, case.op)
         self._comm = self.transport.topo.world
-        self._send, self._recv = self.buffers.bind(case.send, case.recv)
+        send, self._recv = self.buffers.bind(case.send, case.recv)
+        self._send = [send, self._datatype]
+        if case.inplace and not self.buffers.staged:  # send is recv: MPI takes IN_PLACE
+            from mpi4py import MPI
+
+            self._send = MPI.IN_PLACE
         self._bind_native(case)
 
     def run(self, case: AllreduceCase) -> None:
         self.buffers.before()
-        self._comm.Allreduce(
-            [self._send, self._datatype], [self._recv, self._datatype], op=self._op
-        )
+        self._comm.Allreduce(self._send, [self._recv, self._datatype], op=self._op)
         self.buffers.after()
 
 

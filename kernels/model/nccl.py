@@ -148,3 +148,62 @@ def choose(n: int, nodes: int, g: int, bus_GBps: float, ll128: bool = True) -> t
     best = min(est, key=est.get)
     algo, proto = best.split("/")
     return algo, proto, est
+
+
+# ---------------------------------------------------------------- other collectives
+
+#: tuning.cc's rows for the collectives other than all-reduce, which NCCL runs on rings only
+#: (a ring of P ranks takes ``nsteps`` steps, ``inter_steps`` of them across nodes)
+COLL_STEPS = {
+    "allgather": lambda p, nodes: (p - 1, nodes - 1),
+    "reducescatter": lambda p, nodes: (p - 1, nodes - 1),
+    "broadcast": lambda p, nodes: (p, nodes),
+}
+#: GB/s per channel LL128 may reach (tuning.cc ``ll128MaxBwPerCh``)
+LL128_MAX_BW_PER_CHANNEL = {"broadcast": 18.8, "allgather": 18.3, "reducescatter": 15.2}
+
+
+def coll_estimate_terms(
+    coll: str, n: int, nodes: int, g: int, bus_GBps: float, proto: str, same_channels: bool = True
+) -> tuple[float, float]:
+    """NCCL's estimate of one ``coll`` call (ring) as ``(latency, bytes / algbw)`` in µs;
+    ``n`` is NCCL's ``nBytes``, the whole buffer (the gathered, reduced or sent one).
+
+    The bus bandwidth: LL moves a third of it on one node, a quarter across nodes; LL128
+    0.92 of it (0.7 with one GPU per node), capped at ``LL128_MAX_BW_PER_CHANNEL`` per channel; a ring's algbw is the
+    bus bandwidth times P / nsteps. The latency: all-gather and reduce-scatter pay one hop
+    per step (NVLink inside a node, the network between nodes); broadcast pays one hop of
+    its hardware when the ring's channels are duplicates (tuning.cc's
+    ``ringGraph->sameChannels``, assumed here: the rings NCCL builds on nodes with a NIC
+    per GPU), else ``nsteps`` hops (Simple at the tree's per-hop latency)."""
+    p_ranks = nodes * g
+    pi = PROTOCOLS.index(proto)
+    nsteps, inter_steps = COLL_STEPS[coll](p_ranks, nodes)
+    bw = bus_GBps
+    if proto == "LL":
+        bw *= 1.0 / 4.0 if nodes > 1 else 1.0 / 3.0
+    elif proto == "LL128":
+        bw = min(bw * (0.7 if g < 2 else 0.92), LL128_MAX_BW_PER_CHANNEL[coll] * channels(g))
+    algbw = bw * p_ranks / nsteps
+    intra = HW_LAT["nvlink"]["ring"][pi] * (1.8 if nodes > 1 and proto == "LL" else 1.0)
+    inter = HW_LAT["net"]["ring"][pi]
+    lat = BASE_LAT["ring"][pi]
+    if coll == "broadcast":
+        hw = "net" if nodes > 1 else "nvlink"
+        hop = HW_LAT[hw]["tree" if proto == "Simple" else "ring"][pi]
+        lat += HW_LAT[hw]["ring"][pi] if same_channels else nsteps * hop
+    else:
+        lat += (nsteps - inter_steps) * intra + inter_steps * inter
+    return lat, n / (1000.0 * algbw)
+
+
+def coll_choose(coll: str, n: int, nodes: int, g: int, bus_GBps: float, ll128: bool = True):
+    """``(proto, estimates)``: NCCL's protocol for one ``coll`` call (always a ring) and
+    every candidate's estimate in µs."""
+    est = {
+        f"ring/{proto}": sum(coll_estimate_terms(coll, n, nodes, g, bus_GBps, proto))
+        for proto in PROTOCOLS
+        if proto != "LL128" or ll128
+    }
+    best = min(est, key=est.get)
+    return best.split("/")[1], est

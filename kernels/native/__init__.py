@@ -62,6 +62,7 @@ class Call(ctypes.Structure):
         ("op", ctypes.c_int),
         ("comm", ctypes.c_int),
         ("root", ctypes.c_int),
+        ("inplace", ctypes.c_int),
         ("scounts", ctypes.c_void_p),
         ("sdispls", ctypes.c_void_p),
         ("rcounts", ctypes.c_void_p),
@@ -98,16 +99,29 @@ def _int32(values: Any) -> np.ndarray:
 
 
 def library_call(collective: str, case: Any, comm: Any) -> Call:
-    """The MPI library's own ``collective`` on ``case``'s buffers (what ``mpi`` runs)."""
+    """The MPI library's own ``collective`` on ``case``'s buffers (what ``mpi`` runs); in
+    place (``case.inplace``) with ``MPI_IN_PLACE`` as MPI defines it (an in-place
+    reduce-scatter leaves its block at the front of the buffer)."""
     from mpi4py import MPI
 
     from commbench.kernels.mpitypes import mpi_type_and_op
 
     call = Call(kind=KINDS[collective], comm=comm.py2f())
     call.send, call.recv = address(case.send), address(case.recv)
-    if collective == "allreduce":
+    inplace = bool(getattr(case, "inplace", False))
+    if collective in ("allreduce", "reducescatter"):
         datatype, op = mpi_type_and_op(case.dtype, case.op)
         call.count, call.dtype, call.op = case.count, datatype.py2f(), op.py2f()
+        call.inplace = inplace
+        if inplace and collective == "reducescatter":
+            call.recv = call.send
+        return call
+    if collective in ("allgather", "broadcast"):
+        call.dtype = MPI.BYTE.py2f()
+        call.count = case.count * np.dtype(case.dtype).itemsize
+        call.inplace = inplace and collective == "allgather"
+        if collective == "broadcast":  # one buffer: what every rank ends with
+            call.send, call.root = call.recv, case.root
         return call
     call.dtype = MPI.BYTE.py2f()
     if collective == "alltoall":

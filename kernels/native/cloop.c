@@ -40,6 +40,7 @@ typedef struct {
   void *recv;
   MPI_Fint dtype, op, comm;
   int root;
+  int inplace; /* the send buffer is MPI_IN_PLACE */
   const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv, in dtype units */
   int nreq;                                         /* CB_PERSISTENT */
   MPI_Fint *reqs;
@@ -52,18 +53,19 @@ typedef struct {
 
 static int call_once(const cb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op,
                      MPI_Request *scratch) {
+  const void *send = c->inplace ? MPI_IN_PLACE : c->send;
   switch (c->kind) {
     case CB_ALLREDUCE:
-      return MPI_Allreduce(c->send, c->recv, c->count, dt, op, comm);
+      return MPI_Allreduce(send, c->recv, c->count, dt, op, comm);
     case CB_ALLTOALL:
       return MPI_Alltoall(c->send, c->count, dt, c->recv, c->count, dt, comm);
     case CB_ALLTOALLV:
       return MPI_Alltoallv(c->send, c->scounts, c->sdispls, dt, c->recv, c->rcounts,
                            c->rdispls, dt, comm);
     case CB_ALLGATHER:
-      return MPI_Allgather(c->send, c->count, dt, c->recv, c->count, dt, comm);
+      return MPI_Allgather(send, c->count, dt, c->recv, c->count, dt, comm);
     case CB_REDUCE_SCATTER_BLOCK:
-      return MPI_Reduce_scatter_block(c->send, c->recv, c->count, dt, op, comm);
+      return MPI_Reduce_scatter_block(send, c->recv, c->count, dt, op, comm);
     case CB_BCAST:
       return MPI_Bcast(c->send, c->count, dt, c->root, comm);
     case CB_REDUCE:

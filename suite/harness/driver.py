@@ -31,11 +31,13 @@ from commbench.kernels.registry import BACKENDS, COLLECTIVES, implementations, l
 from commbench.units import parse_size, size_sweep
 
 OPS = ("sum", "prod", "max", "min")
+#: ``--inplace`` value -> the modes measured at each size (False: out of place)
+INPLACE_CHOICES = {"0": (False,), "1": (True,), "both": (False, True)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``commbench run`` (nccl-tests' names where they have one)."""
-    p.add_argument("collective", help="allreduce, alltoall or alltoallv")
+    p.add_argument("collective", help=", ".join(COLLECTIVES))
     p.add_argument("--impl", help="implementation (see --list)")
     p.add_argument("--list", action="store_true", help="list implementations and exit")
     p.add_argument("--backend", default="cpu", help="cpu (default), cuda or rocm")
@@ -55,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--check", type=int, default=1, help="check correctness (0/1)")
     p.add_argument("-d", "--datatype", default="float", help="element type (bf16, fp16, ...)")
     p.add_argument("-o", "--op", default="sum", help="reduction: sum, prod, max, min")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank (broadcast)")
+    p.add_argument(
+        "--inplace",
+        default="0",
+        choices=INPLACE_CHOICES,
+        help="in-place buffers as nccl-tests has them (allreduce, allgather, reducescatter, "
+        "broadcast): 0 out of place (default), 1 in place, both: each, side by side",
+    )
     p.add_argument(
         "-a",
         "--average",
@@ -125,6 +135,9 @@ class Config:
     workloads: list[str | None]
     seed: int
     params: dict = field(default_factory=dict)
+    #: the buffer modes measured at each size, out of place first (``--inplace``)
+    inplace: tuple[bool, ...] = (False,)
+    root: int = 0
     out: str | None = None
     resume: bool = False
     system: str = "local"
@@ -170,7 +183,9 @@ def make_config(args: argparse.Namespace) -> Config:
     if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
         raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
     problem = spec.support_problem(
-        args.backend, dtype_name(dtype) if coll == "allreduce" else None, args.cudagraph > 0
+        args.backend,
+        dtype_name(dtype) if coll in collectives.REDUCING else None,
+        args.cudagraph > 0,
     )
     if problem:
         raise UsageError(problem)
@@ -178,7 +193,7 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"unknown reduction -o {args.op!r}: choose one of {', '.join(OPS)}")
     step = parse_size(args.stepbytes)
     sizes = size_sweep(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, step)
-    if coll == "allreduce":
+    if coll in ("allreduce", "broadcast"):
         bad = [s for s in sizes if s % dtype.itemsize]
         if bad:
             raise UsageError(
@@ -192,6 +207,15 @@ def make_config(args: argparse.Namespace) -> Config:
     average = args.average if args.average is not None else collectives.DEFAULT_TIME_REDUCTION[coll]
     if average not in metrics.TIME_REDUCTIONS:
         raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
+    inplace = INPLACE_CHOICES[args.inplace]
+    if args.inplace != "0" and coll not in collectives.IN_PLACE:
+        raise UsageError(
+            f"--inplace applies to {', '.join(collectives.IN_PLACE)}, not {coll}: drop it"
+        )
+    if args.root and coll not in collectives.ROOTED:
+        raise UsageError(f"-r/--root applies to {', '.join(collectives.ROOTED)}, not {coll}")
+    if args.root < 0:
+        raise UsageError(f"-r/--root must be a rank >= 0 (got {args.root})")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
     if not math.isfinite(args.watchdog) or args.watchdog < 0:
@@ -234,6 +258,8 @@ def make_config(args: argparse.Namespace) -> Config:
         workloads=workloads,
         seed=args.seed,
         params=params,
+        inplace=inplace,
+        root=args.root,
         out=args.out,
         resume=args.resume,
         system=args.system,
@@ -247,6 +273,8 @@ def list_implementations(collective: str | None) -> int:
         notes = "" if spec.capturable else " [no -G]"
         if spec.gpu_dtypes is not None:
             notes += f" [on GPUs: {','.join(spec.gpu_dtypes)}]"
+        if spec.pow2_ranks:
+            notes += " [2^k ranks]"
         print(
             f"{spec.collective:10s} {spec.name:18s} {','.join(spec.backends):15s} "
             f"{spec.summary}{notes}"
@@ -277,6 +305,12 @@ def run(args: argparse.Namespace) -> int:
             watchdog.stop(guard_exit=False)
             raise
     rank = MPI.COMM_WORLD.rank
+    problem = ranks_problem(cfg, MPI.COMM_WORLD.size)
+    if problem:  # every rank knows; rank 0 says it, once
+        watchdog.stop(guard_exit=False)
+        if rank:
+            return 2
+        raise UsageError(problem)
     # the launcher's SIGTERM (Ctrl-C on mpiexec, scancel) is handled between two Python
     # steps, so a record being written is finished first and never left torn
     signal.signal(signal.SIGTERM, _interrupt)
@@ -299,6 +333,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
         return 1
+
+
+def ranks_problem(cfg: Config, nranks: int) -> str | None:
+    """Why ``cfg`` cannot run on ``nranks`` ranks (one line), or None."""
+    problem = lookup(cfg.collective, cfg.impl).ranks_problem(nranks)
+    if problem is None and cfg.root >= nranks:
+        problem = f"-r/--root {cfg.root} is not a rank of this {nranks}-rank job"
+    return problem
 
 
 def _interrupt(signum, frame) -> None:
@@ -361,7 +403,7 @@ class Sweep:
             "impl": cfg.impl,
             "params": cfg.params,
             "dtype": dtype_name(cfg.dtype),
-            "op": cfg.op if cfg.collective == "allreduce" else None,
+            "op": cfg.op if cfg.collective in collectives.REDUCING else None,
             "timing_mode": cfg.timing,
             "iters": cfg.iters,
             "warmup": cfg.warmup,
@@ -373,6 +415,7 @@ class Sweep:
             # with what the driver set for the implementation (ImplSpec.env) on a GPU
             "env": {**results.captured_env(), **self._impl_env()},
             "emulated_fabric": current_fabric(),
+            **({"root": cfg.root} if cfg.collective in collectives.ROOTED else {}),
         }
 
     def _impl_env(self) -> dict:
@@ -389,10 +432,16 @@ class Sweep:
             for size in cfg.sizes:
                 yield workload, size, unit
 
-    def _build(self, workload: str | None, size: int, unit: int) -> collectives.Point:
+    def _build(
+        self, workload: str | None, size: int, unit: int, inplace: bool = False
+    ) -> collectives.Point:
         cfg, t = self.cfg, self.transport
         if cfg.collective == "allreduce":
-            return collectives.allreduce_point(t, size, cfg.dtype, cfg.op)
+            return collectives.allreduce_point(t, size, cfg.dtype, cfg.op, inplace)
+        if cfg.collective in collectives.BLOCK_COLLECTIVES:
+            return collectives.block_point(
+                t, cfg.collective, size, cfg.dtype, cfg.op, cfg.root, inplace
+            )
         if cfg.collective == "alltoall":
             traffic = collectives.uniform_traffic(self.topo.size, size, unit)
         else:
@@ -401,9 +450,11 @@ class Sweep:
             traffic = generate(workload, self.topo.size, size, seed=cfg.seed, unit=unit)
         return collectives.alltoallv_point(t, traffic, size, unit, workload)
 
-    def _key_fields(self, workload: str | None, size: int) -> dict:
+    def _key_fields(self, workload: str | None, size: int, inplace: bool = False) -> dict:
         rec = dict(self.static)
         rec.update(size_bytes=size, workload=workload, seed=self._seed(workload))
+        if self.cfg.collective in collectives.IN_PLACE:
+            rec["inplace"] = int(inplace)
         return rec
 
     def _seed(self, workload: str | None) -> int | None:
@@ -431,27 +482,39 @@ class Sweep:
         total_wrong = 0
         bus = []
         for index, (workload, size, unit) in enumerate(points):
-            what = (
-                f"point {index + 1}/{len(points)}, {cfg.collective} --impl {cfg.impl} at size {size}"
-                + (f" workload {workload}" if workload else "")
-            )
-            wd.phase(f"{what}: agreeing whether to skip it (--resume)")
-            key = records.point_key(self._key_fields(workload, size)) if self.is_root else None
-            if self.topo.world.bcast(key in done):
-                if self.is_root:  # the table stays whole across interruptions and resumes
-                    self._print_row(done[key], note="  (--resume: recorded before)")
-                continue
-            self._progress(index, len(points), what)
-            measured = self._measure(index, workload, size, unit, what)
-            wd.phase(f"{what}: gathering every rank's times")
-            gathered = self.topo.world.gather(measured)
+            row, resumed = [], 0  # rank 0: the records of this size, one per --inplace mode
+            for inplace in cfg.inplace:
+                what = (
+                    f"point {index + 1}/{len(points)}, {cfg.collective} --impl {cfg.impl} at "
+                    f"size {size}"
+                    + (f" workload {workload}" if workload else "")
+                    + (" in place" if inplace else "")
+                )
+                wd.phase(f"{what}: agreeing whether to skip it (--resume)")
+                key = None
+                if self.is_root:
+                    key = records.point_key(self._key_fields(workload, size, inplace))
+                if self.topo.world.bcast(key in done):
+                    if self.is_root:  # the table stays whole across interruptions and resumes
+                        row.append(done[key])
+                        resumed += 1
+                    continue
+                self._progress(index, len(points), what)
+                measured = self._measure(index, workload, size, unit, what, inplace)
+                wd.phase(f"{what}: gathering every rank's times")
+                gathered = self.topo.world.gather(measured)
+                if self.is_root:
+                    rec, raw = self._record(index, workload, size, gathered, overhead_us, inplace)
+                    wd.phase(f"{what}: writing the record to {cfg.out}")
+                    self.writer.write(rec, raw)
+                    total_wrong += rec["nwrong"]
+                    bus.append(rec["busbw_GBps"])
+                    row.append(rec)
             if self.is_root:
-                rec, raw = self._record(index, workload, size, gathered, overhead_us)
-                self._print_row(rec)
-                wd.phase(f"{what}: writing the record to {cfg.out}")
-                self.writer.write(rec, raw)
-                total_wrong += rec["nwrong"]
-                bus.append(rec["busbw_GBps"])
+                note = "  (--resume: recorded before)" if resumed == len(row) else ""
+                if 0 < resumed < len(row):  # one --inplace mode was, the other not
+                    note = f"  (--resume: {resumed} of {len(row)} recorded before)"
+                self._print_row(row, note=note)
         if self.is_root:
             self._progress_done()
             self._print_footer(total_wrong, bus)
@@ -466,11 +529,17 @@ class Sweep:
         return 1 if total_wrong else 0
 
     def _measure(
-        self, index: int, workload: str | None, size: int, unit: int, what: str = "measuring"
+        self,
+        index: int,
+        workload: str | None,
+        size: int,
+        unit: int,
+        what: str = "measuring",
+        inplace: bool = False,
     ) -> dict:
         cfg, t, impl, wd = self.cfg, self.transport, self.impl, self.watchdog
         wd.phase(f"{what}: building the buffers")
-        point = self._build(workload, size, unit)
+        point = self._build(workload, size, unit, inplace)
         case = point.case
         collectives.fill(t, point, rep=index)
         wd.phase(f"{what}: setup")
@@ -596,11 +665,13 @@ class Sweep:
         t.synchronize()
         return (t.now() - t0) / calls * 1e6
 
-    def _record(self, index, workload, size, gathered, overhead_us) -> tuple[dict, dict]:
+    def _record(
+        self, index, workload, size, gathered, overhead_us, inplace: bool = False
+    ) -> tuple[dict, dict]:
         cfg = self.cfg
         times = np.array([g["time_us"] for g in gathered])
         samples = np.array([g["samples"] for g in gathered]) if cfg.timing == "latency" else None
-        rec = self._key_fields(workload, size)
+        rec = self._key_fields(workload, size, inplace)
         rec["timestamp"] = results.timestamp()
         rec["point"] = index
         rec["count"] = gathered[0]["count"]
@@ -636,6 +707,7 @@ class Sweep:
             "point": index,
             "size_bytes": size,
             "workload": workload,
+            "inplace": rec.get("inplace"),
             "timing_mode": cfg.timing,
             "rank_time_us": times.tolist(),
             "samples_us": samples.tolist() if samples is not None else None,
@@ -675,32 +747,53 @@ class Sweep:
         print(f"#  {metric}; busbw = algbw x {metrics.busbw_factor(cfg.collective, topo.size):.4f}")
         if cfg.reference:
             print("#  C ref = the MPI library's collective timed from C on the same buffers")
-        wl = f" {'workload':>14s}" if cfg.collective == "alltoallv" else ""
-        ref = f" {'C ref':>10s} {'x C':>6s}" if cfg.reference else ""
-        print(
-            f"# {'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}{wl} "
-            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}{ref}"
-        )
-        ref = f" {'(us)':>10s} {'':>6s}" if cfg.reference else ""
-        print(
-            f"# {'(B)':>12s} {'(elements)':>12s} {'':>9s} {'':>6s}{' ' * len(wl)} "
-            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}{ref}"
-        )
+        extra = self._extra_columns()
+        keys = (f"{'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}"
+                + "".join(f" {name:>{w}s}" for name, w, _ in extra))  # fmt: skip
+        group = f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}"
+        units = f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}"
+        if cfg.reference:
+            group += f" {'C ref':>10s} {'x C':>6s}"
+            units += f" {'(us)':>10s} {'':>6s}"
+        if cfg.collective in collectives.IN_PLACE:  # which buffers each group of columns had
+            titles = [f"{'in-place' if m else 'out-of-place':^{len(group)}s}" for m in cfg.inplace]
+            print(f"# {'':{len(keys)}s} " + " ".join(titles))
+        print(f"# {keys} " + " ".join(group for _ in cfg.inplace))
+        head = f"{'(B)':>12s} {'(elements)':>12s}"
+        print(f"# {head:{len(keys)}s} " + " ".join(units for _ in cfg.inplace))
         sys.stdout.flush()
 
-    def _print_row(self, rec: dict, note: str = "") -> None:
-        wl = f" {str(rec['workload'])[:14]:>14s}" if self.cfg.collective == "alltoallv" else ""
+    def _reference_columns(self, rec: dict) -> str:
+        """``--reference c``: the C reference's time and commbench / C."""
+        if not self.cfg.reference:
+            return ""
+        c_us = rec.get("reference_time_us")
+        return f" {c_us:10.2f} {rec['time_us'] / c_us:6.3f}" if c_us else f" {'-':>10s} {'':>6s}"
+
+    def _extra_columns(self) -> list[tuple[str, int, str]]:
+        """(title, width, record field) of the columns after redop: the workload of an
+        all-to-allv, the root of a broadcast."""
+        if self.cfg.collective == "alltoallv":
+            return [("workload", 14, "workload")]
+        if self.cfg.collective in collectives.ROOTED:
+            return [("root", 6, "root")]
+        return []
+
+    def _print_row(self, row: list[dict], note: str = "") -> None:
+        """One line per size: the key columns, then time/algbw/busbw/#wrong per mode."""
+        rec = row[0]
         op = rec["op"] or "none"
-        ref = ""
-        if self.cfg.reference:
-            c_us = rec.get("reference_time_us")
-            ref = f" {c_us:10.2f} {rec['time_us'] / c_us:6.3f}" if c_us else f" {'-':>10s} {'':>6s}"
-        if rec.get("host_bound"):
+        extra = "".join(f" {str(rec.get(f))[:w]:>{w}s}" for _, w, f in self._extra_columns())
+        groups = " ".join(
+            f"{r['time_us']:10.2f} {r['algbw_GBps']:8.3f} {r['busbw_GBps']:8.3f} {r['nwrong']:7d}"
+            + self._reference_columns(r)
+            for r in row
+        )
+        if any(r.get("host_bound") for r in row):
             note = "  host-bound" + note
         print(
-            f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
-            f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{rec['nwrong']:7d}{ref}{note}"
+            f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{extra} "
+            f"{groups}{note}"
         )
         sys.stdout.flush()
 

@@ -9,12 +9,15 @@ TIME_REDUCTIONS = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
 
 
 def busbw_factor(collective: str, nranks: int) -> float:
-    """Bus-bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for the others."""
+    """Bus-bandwidth factor (nccl-tests' doc/PERFORMANCE.md): 2(n-1)/n for all-reduce,
+    (n-1)/n for all-gather, reduce-scatter and all-to-all(v), 1 for broadcast."""
     n = nranks
     if collective == "allreduce":
         return 2.0 * (n - 1) / n
-    if collective in ("reduce_scatter", "allgather", "alltoall", "alltoallv"):
+    if collective in ("reducescatter", "reduce_scatter", "allgather", "alltoall", "alltoallv"):
         return (n - 1) / n
+    if collective == "broadcast":
+        return 1.0
     raise ValueError(f"no bus-bandwidth factor for {collective!r}")
 
 

@@ -490,8 +490,8 @@ def run_import(args: argparse.Namespace) -> int:
         records += external.parse_output(args.tool, text, str(path), context)
     writer = results.RecordWriter(args.out)
     writer.repair()
-    for record in records:
-        writer.write(record)
+    for record in records:  # per-iteration times, where the tool kept them, to the side file
+        writer.write(record, record.pop(external.RAW_KEY, None))
     print(
         f"commbench import: {len(records)} record(s) from {len(args.files)} file(s) -> {args.out}"
     )

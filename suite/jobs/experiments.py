@@ -20,7 +20,13 @@ from pydantic import BaseModel, Field
 from commbench.config import STRICT, load_toml, parse
 from commbench.errors import UsageError
 from commbench.jobs.allocation import Allocation
-from commbench.jobs.external import SITE_KEYS, TOOL_BACKENDS, external_command, parse_external
+from commbench.jobs.external import (
+    OSU_PER_PEER,
+    SITE_KEYS,
+    TOOL_BACKENDS,
+    external_command,
+    parse_external,
+)
 from commbench.jobs.profile import JOBS_DIR, Profile, environ_name
 from commbench.jobs.syntax import NAME_RE, parse_walltime
 from commbench.kernels.registry import BACKENDS, COLLECTIVES, implementations
@@ -45,6 +51,7 @@ class StepOverride(BaseModel):
     workload: str | None = None
     timing: str | None = None
     average: int | None = None
+    inplace: str | None = None
     external: list[str] | None = None
 
 
@@ -82,6 +89,7 @@ class Step:
     workload: str | None = None
     timing: str | None = None
     average: int | None = None
+    inplace: str | None = None  # --inplace 0|1|both
     external: tuple[str, ...] = ()  # "TOOL" or "TOOL:BINARY" (commbench.jobs.external)
     by_system: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -119,6 +127,13 @@ def _validate_step(step: Step, where: str) -> Step:
         raise UsageError(f"{where}: timing must be pipelined or latency")
     if step.average not in (None, 0, 1, 2, 3):
         raise UsageError(f"{where}: average (-a) must be 0, 1, 2 or 3")
+    if step.inplace not in (None, "0", "1", "both"):
+        raise UsageError(f'{where}: inplace must be "0", "1" or "both"')
+    if step.inplace not in (None, "0"):
+        from commbench.harness.collectives import IN_PLACE
+
+        if step.collective not in IN_PLACE:
+            raise UsageError(f"{where}: inplace applies to {', '.join(IN_PLACE)}")
     if step.dtype is not None:
         from commbench.harness.backends.dtypes import parse_dtype
 
@@ -275,8 +290,9 @@ def plan_external(
             from commbench.kernels.dtypes import dtype_name
 
             dtype = dtype_name(parse_dtype(step.dtype)) if step.dtype else None
-            # OSU's all-to-all sizes are per peer; commbench's (and nccl-tests') per rank
-            per = alloc.ntasks if tool == "osu" and step.collective != "allreduce" else 1
+            # OSU's all-to-all and all-gather sizes are per peer; commbench's (and
+            # nccl-tests') the whole buffer
+            per = alloc.ntasks if tool == "osu" and step.collective in OSU_PER_PEER else 1
             cmd = external_command(
                 tool,
                 binary,
@@ -325,6 +341,8 @@ def step_args(step: Step, impl: str, backend: str, gpus_per_node: int | None, ou
         args += ["-a", str(step.average)]
     if step.timing:
         args += ["--timing", step.timing]
+    if step.inplace:
+        args += ["--inplace", step.inplace]
     if step.workload:
         args += ["--workload", step.workload]
     return [*args, "--out", out]

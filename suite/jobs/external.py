@@ -2,18 +2,23 @@
 
 Two halves, both pure: what a job runs (:func:`external_command`: the binary for a step's
 collective and its flags, from the same sizes, dtype and iterations as the commbench step)
-and what comes back (:func:`parse_nccl_tests`, :func:`parse_osu`: their text output into
-commbench point records, ``impl`` = ``nccl-tests:all_reduce``, ``osu:osu_allreduce``, ...).
-A line that cannot be read is a ``ValueError`` naming ``FILE:LINE``.
+and what comes back (:func:`parse_nccl_tests`, :func:`parse_osu`: their text output,
+:func:`parse_tests_document`: nccl-tests' ``-J`` JSON file, :func:`parse_tests_json`:
+rccl-tests' JSON lines; into commbench point records, ``impl`` = ``nccl-tests:all_reduce``,
+``osu:osu_allreduce``, ...). A line that cannot be read is a ``ValueError`` naming
+``FILE:LINE``. A record may carry per-iteration times under :data:`RAW_KEY`, for the
+records' raw side file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from commbench.harness.collectives import IN_PLACE
 from commbench.harness.metrics import algbw_GBps, busbw_factor
 from commbench.kernels.registry import BACKENDS
 
@@ -28,21 +33,40 @@ TOOL_BACKENDS = {
 }
 NCCL_TESTS_BINARIES = {
     "all_reduce_perf": "allreduce",
+    "all_gather_perf": "allgather",
+    "reduce_scatter_perf": "reducescatter",
+    "broadcast_perf": "broadcast",
     "alltoall_perf": "alltoall",
+    "alltoallv_perf": "alltoallv",
     "sendrecv_perf": "sendrecv",
 }
 OSU_BINARIES = {
     "osu_allreduce": "allreduce",
+    "osu_allgather": "allgather",
+    "osu_reduce_scatter": "reducescatter",
+    "osu_bcast": "broadcast",
     "osu_alltoall": "alltoall",
     "osu_alltoallv": "alltoallv",
     "osu_latency": "sendrecv",
 }
-#: The binary a tool runs for a commbench collective (absent: the tool has none).
+_NCCL_RUNS = {
+    "allreduce": "all_reduce_perf", "allgather": "all_gather_perf",
+    "reducescatter": "reduce_scatter_perf", "broadcast": "broadcast_perf",
+    "alltoall": "alltoall_perf",
+}  # fmt: skip
+#: The binary a tool runs for a commbench collective (absent: the tool has none; nccl-tests'
+#: alltoallv_perf needs a traffic-matrix file a job does not write: imported only).
 BINARY_FOR = {
-    "nccl-tests": {"allreduce": "all_reduce_perf", "alltoall": "alltoall_perf"},
-    "rccl-tests": {"allreduce": "all_reduce_perf", "alltoall": "alltoall_perf"},
-    "osu": {"allreduce": "osu_allreduce", "alltoall": "osu_alltoall", "alltoallv": "osu_alltoallv"},
-}
+    "nccl-tests": _NCCL_RUNS,
+    "rccl-tests": _NCCL_RUNS,
+    "osu": {"allreduce": "osu_allreduce", "allgather": "osu_allgather",
+            "reducescatter": "osu_reduce_scatter", "broadcast": "osu_bcast",
+            "alltoall": "osu_alltoall", "alltoallv": "osu_alltoallv"},
+}  # fmt: skip
+#: Collectives whose OSU message size is per peer: a commbench size is that times the ranks.
+OSU_PER_PEER = ("allgather", "alltoall", "alltoallv")
+#: A record's per-iteration times (popped by ``commbench import`` into the raw side file).
+RAW_KEY = "_raw"
 #: commbench dtype name -> nccl-tests ``-d`` name.
 NCCL_TESTS_DTYPES = {
     "float32": "float",
@@ -117,7 +141,7 @@ _NCCL_FAIL_RE = re.compile(
 )
 _NCCL_VERSION_RE = re.compile(r"(?:nccl-tests version (\S+)|(?:NCCL|RCCL) version (\S+))")
 _NCCL_HEADER_RE = re.compile(r"^#?\s*size\s+count\s+type\b")
-_NCCL_BINARY_RE = re.compile(r"\b(all_reduce_perf|alltoall_perf|sendrecv_perf)\b")
+_NCCL_BINARY_RE = re.compile(r"\b(" + "|".join(NCCL_TESTS_BINARIES) + r")\b")
 _REDUCTION_OPS = ("sum", "prod", "max", "min", "avg", "mulsum")
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\b")
 _OSU_TITLE_RE = re.compile(r"^# OSU MPI(?:-(CUDA|ROCM|ROCm))? (.+?) Test v(\S+)", re.I)
@@ -156,10 +180,12 @@ def _record(
     extra: Mapping,
     time_reduction: str,
     min_max_us: tuple[float, float] | None = None,
+    inplace: bool = False,
 ) -> dict:
     factor = busbw_factor(collective, nranks) if nranks and collective != "sendrecv" else None
     algbw = algbw_GBps(size_bytes, time_us)
     return {
+        **({"inplace": int(inplace)} if collective in IN_PLACE else {}),
         **{k: v for k, v in context.items() if v is not None},
         "nranks": nranks,
         "backend": context.get("backend"),
@@ -185,6 +211,9 @@ def _record(
 #: ``name`` in rccl-tests' JSON lines -> binary.
 JSON_NAMES = {
     "AllReduce": "all_reduce_perf",
+    "AllGather": "all_gather_perf",
+    "ReduceScatter": "reduce_scatter_perf",
+    "Broadcast": "broadcast_perf",
     "AllToAll": "alltoall_perf",
     "SendRecv": "sendrecv_perf",
 }
@@ -232,6 +261,205 @@ def parse_tests_json(text: str, path: str, context: Mapping, tool: str) -> list[
     if not out:
         raise ValueError(f"{path}:1: no out-of-place result line in this {tool} JSON file")
     return out
+
+
+def _is_json_lines(text: str) -> bool:
+    """rccl-tests' JSON lines (one result object per line, with ``name`` and ``inPlace``)
+    rather than nccl-tests' one ``-J`` document."""
+    first = text.lstrip().split("\n", 1)[0]
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and "name" in row and "inPlace" in row
+
+
+#: nccl-tests' ``-a``: how the printed time combines the ranks' times
+_AVERAGE = {"0": "rank0", "1": "avg", "2": "min", "3": "max"}
+
+
+def _results_lines(text: str) -> list[int]:
+    """The line on which each element of the document's ``results`` list starts (a ``-J``
+    file is one line; a pretty-printed one has many): ``raw_decode`` walks the list."""
+    m = re.search(r'"results"\s*:\s*\[', text)
+    if m is None:
+        return []
+    decoder, pos, lines = json.JSONDecoder(), m.end(), []
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "]":
+            return lines
+        lines.append(text.count("\n", 0, pos) + 1)
+        try:
+            _, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return lines
+
+
+def _nccl_version(code) -> str | None:
+    """``ncclGetVersion``'s code as text: 22903 -> 2.29.3 (2.9 and later), 2708 -> 2.7.8."""
+    if not isinstance(code, int) or code <= 0:
+        return None
+    if code >= 10000:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def parse_tests_document(text: str, path: str, context: Mapping, tool: str) -> list[dict]:
+    """nccl-tests' ``-J FILE`` (src/util.cu's writer; rccl-tests writes it too since its
+    2.17 sync): one JSON object with the run's ``args``, ``config`` (and its ``devices``)
+    and one ``results`` row per size, each with ``out_of_place`` and ``in_place`` times
+    and, with ``-I 1``, ``*_per_iter`` statistics and times.
+
+    One record per size and placement (``inplace`` 0/1; the in-place half only for the
+    collectives commbench runs in place). Per-iteration times go to the raw side file
+    (:data:`RAW_KEY`): ``samples_us`` holds one row per process (``per_process_max_times_us``,
+    each process's slowest GPU per iteration) when the run had several processes, else
+    the one row of ``times_us``; the record's ``rank_time_us`` are the rows' means.
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}:{exc.lineno}: not a whole {tool} JSON file ({exc.msg} at column "
+            f"{exc.colno}): a run killed while writing it leaves it cut off; import its "
+            "printed table instead"
+        ) from None
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f"{path}:1: a {tool} -J file holds one JSON object, not {type(doc).__name__}"
+        )
+    errors = [e for e in doc.get("errors") or [] if isinstance(e, str) and e.strip()]
+    if errors:
+        raise ValueError(f"{path}:1: {tool} reported an error: {errors[0].strip()}")
+    results = doc.get("results")
+    if not isinstance(results, list) or not results:
+        raise ValueError(
+            f"{path}:1: no results in this {tool} JSON file (the run stopped before its "
+            "first size?)"
+        )
+    if (doc.get("out_of_bounds") or {}).get("okay") == "false":
+        count = doc["out_of_bounds"].get("count")
+        raise ValueError(f"{path}:1: {tool} reported {count} wrong result(s) (out_of_bounds)")
+    args = [str(a) for a in doc.get("args") or []]
+    binary = context.get("binary") or (args[0].rsplit("/", 1)[-1] if args else None)
+    if binary not in NCCL_TESTS_BINARIES:
+        raise ValueError(
+            f"{path}:1: {tool} binary {binary!r} is not one commbench imports "
+            f"({', '.join(NCCL_TESTS_BINARIES)}): give --binary"
+        )
+    coll = NCCL_TESTS_BINARIES[binary]
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
+    per_proc = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
+    nranks = context.get("nranks") or (len(devices) * per_proc if devices else None)
+    average = "1"
+    for flag in ("-a", "--average"):
+        if flag in args[:-1]:
+            average = args[args.index(flag) + 1]
+    version = _nccl_version(doc.get("nccl_version"))
+    source = f"{tool} {binary} (-J JSON" + (f", NCCL {version})" if version else ")")
+    ctx = {k: v for k, v in context.items() if k not in ("nranks", "binary")}
+    ctx["run_id"] = context.get("run_id") or f"{tool}-{doc.get('start_time', 'unknown')}"
+    hosts = sorted({str(d["hostname"]) for d in devices if d.get("hostname")})
+    lines = _results_lines(text)
+    out = []
+    for index, row in enumerate(results):
+        where = f"{path}:{lines[index] if index < len(lines) else 1}"
+        what = f"results[{index}]"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: {what} is not an object (a {tool} result row)")
+        size = row.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"{where}: {what}.size {size!r} is not a size in bytes")
+        for placement in ("out_of_place", "in_place"):
+            body = row.get(placement)
+            inplace = placement == "in_place"
+            if body is None or (inplace and coll not in IN_PLACE):
+                continue  # not run (trace replays have no out-of-place half), or N/A
+            rec = _document_record(
+                body, row.get(f"{placement}_per_iter"), f"{what}.{placement}", where,
+                tool=tool, source=source, binary=binary, coll=coll, nranks=nranks, ctx=ctx,
+                size=size, inplace=inplace, time_reduction=_AVERAGE.get(average, "avg"),
+                dtype=NCCL_TESTS_TYPES.get(row.get("type"), row.get("type")),
+                count=row.get("count"),
+            )  # fmt: skip
+            rec.update(point=index, hostnames=hosts or None)
+            if rec.get(RAW_KEY):
+                rec[RAW_KEY].update(run_id=ctx["run_id"], point=index, size_bytes=size)
+            out.append(rec)
+    return out
+
+
+def _finite(value, where: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where}: {what} {value!r} is not a number (truncated or garbled file?)")
+    return float(value)
+
+
+def _document_record(body, per_iter, what, where, *, tool, source, binary, coll, nranks, ctx,
+                     size, inplace, time_reduction, dtype, count) -> dict:  # fmt: skip
+    """One record of :func:`parse_tests_document` (``body``: one ``out_of_place`` or
+    ``in_place`` object; ``per_iter``: its ``*_per_iter`` object or None)."""
+    if not isinstance(body, dict):
+        raise ValueError(f"{where}: {what} is not an object")
+    time_us = _finite(body.get("time", body.get("cpu_time")), where, f"{what}.time")
+    extra: dict = {"count": count}
+    wrong = body.get("nwrong")
+    if wrong is not None:
+        extra["nwrong"] = int(_finite(wrong, where, f"{what}.nwrong"))
+    raw = None
+    rows: list[list[float]] = []
+    if per_iter is not None:
+        if not isinstance(per_iter, dict):
+            raise ValueError(f"{where}: {what}_per_iter is not an object")
+        times = per_iter.get("times_us")
+        by_proc = per_iter.get("per_process_max_times_us")
+        for name, table in (("times_us", [times]), ("per_process_max_times_us", by_proc or [])):
+            if name == "times_us" and times is None:
+                continue
+            if not isinstance(table, list) or not all(isinstance(r, list) for r in table):
+                raise ValueError(f"{where}: {what}_per_iter.{name} is not a list of times")
+            for r in table:
+                for i, t in enumerate(r):
+                    _finite(t, where, f"{what}_per_iter.{name}[{i}]")
+        rows = by_proc or ([times] if times else [])
+        raw = {
+            "inplace": int(inplace),
+            "timing_mode": "per-iteration",
+            "rows": "process" if by_proc else "max over processes",
+            "skipped_iterations": per_iter.get("skipped_iterations"),
+            "samples_us": rows,
+            "rank_time_us": [sum(r) / len(r) for r in rows if r],
+        }
+        extra["per_iter"] = {k: per_iter[k] for k in ("min_us", "max_us", "p50_us", "p95_us",
+                                                      "p99_us", "stdev_us", "cv_pct")
+                             if k in per_iter}  # fmt: skip
+    rank_means = raw["rank_time_us"] if raw and len(rows) > 1 else None
+    rec = _record(
+        tool=tool,
+        source=source,
+        impl=f"{tool}:{binary.removesuffix('_perf')}",
+        collective=coll,
+        size_bytes=size,
+        time_us=time_us,
+        nranks=nranks,
+        dtype=dtype,
+        context=ctx,
+        where=where,
+        extra=extra,
+        time_reduction=time_reduction,
+        min_max_us=(min(rank_means), max(rank_means)) if rank_means else None,
+        inplace=inplace,
+    )
+    if per_iter is not None:
+        rec["time_us_p50"] = per_iter.get("p50_us")
+        rec["time_us_p99"] = per_iter.get("p99_us")
+    if rank_means:
+        rec["rank_time_us"] = rank_means
+    rec[RAW_KEY] = raw
+    return rec
 
 
 def parse_nccl_tests(
@@ -350,6 +578,12 @@ def _osu_binary(title: str) -> str | None:
     t = title.lower()
     if "allreduce" in t:
         return "osu_allreduce"
+    if t.startswith("allgather latency"):
+        return "osu_allgather"
+    if t.startswith("reduce_scatter latency"):
+        return "osu_reduce_scatter"
+    if t.startswith("broadcast latency") or t.startswith("bcast latency"):
+        return "osu_bcast"
     if "all-to-allv" in t or "alltoallv" in t:
         return "osu_alltoallv"
     if "all-to-all" in t or "alltoall" in t:
@@ -423,13 +657,13 @@ def parse_osu(text: str, path: str, context: Mapping) -> list[dict]:
     nranks = context.get("nranks")
     if coll == "sendrecv":
         nranks = 2  # osu_latency is a ping-pong between two ranks whatever the job has
-    if coll in ("alltoall", "alltoallv") and not nranks:
+    if coll in OSU_PER_PEER and not nranks:
         raise ValueError(f"{path}: {binary} sizes are per peer: give --nranks N (the job's ranks)")
     ctx = {k: v for k, v in context.items() if k not in ("nranks", "binary")}
     source = f"osu {binary} v{version}" + (f" ({device.upper()})" if device else "")
     out = []
     for size, avg, values, where in rows:
-        size_bytes = size * nranks if coll in ("alltoall", "alltoallv") else size
+        size_bytes = size * nranks if coll in OSU_PER_PEER else size
         extra = {"osu_size": size, **{_slug_col(c): v for c, v in values.items()}}
         low, high = values.get("Min Latency(us)"), values.get("Max Latency(us)")
         out.append(
@@ -461,7 +695,9 @@ def parse_output(tool: str, text: str, path: str, context: Mapping) -> list[dict
         return parse_osu(text, path, context)
     if tool in ("nccl-tests", "rccl-tests"):
         if text.lstrip().startswith("{"):
-            return parse_tests_json(text, path, context, tool)
+            if _is_json_lines(text):
+                return parse_tests_json(text, path, context, tool)
+            return parse_tests_document(text, path, context, tool)
         return parse_nccl_tests(text, path, context, tool)
     raise ValueError(f"unknown tool {tool!r}: choose {', '.join(TOOLS)}")
 

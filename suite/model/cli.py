@@ -36,9 +36,11 @@ from commbench.kernels.model import alltoallv as a2a_model
 from commbench.model.simulate import (
     ALLREDUCE_IMPLS,
     ALLTOALLV_IMPLS,
+    BLOCK_IMPLS,
     OVERRIDES,
     allreduce_points,
     alltoallv_points,
+    block_points,
     fabric_from_profile,
     make_record,
     static_fields,
@@ -231,7 +233,7 @@ def _add_simulate_parser(sub) -> None:
         "all-reduce algorithms on a system profile's fabric; print a table and "
         "optionally append JSONL records marked modelled.",
     )
-    p.add_argument("collective", choices=("alltoallv", "allreduce"))
+    p.add_argument("collective", choices=("alltoallv", "allreduce", *BLOCK_IMPLS))
     p.add_argument("--system", required=True, help="profile in jobs/systems (h200, ...)")
     p.add_argument(
         "--servers",
@@ -259,7 +261,8 @@ def _add_simulate_parser(sub) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="FAST scheduler option (strategy, quantum, max_stages, stage_cost_bytes, ...)",
+        help="FAST scheduler option (strategy, quantum, max_stages, stage_cost_bytes, ...); "
+        "broadcast: the tree's chunk_bytes",
     )
     p.add_argument(
         "--balance",
@@ -370,7 +373,8 @@ def _impls(args, known: tuple[str, ...]) -> list[str]:
 def _dtype(args) -> np.dtype:
     from commbench.harness.backends.dtypes import parse_dtype
 
-    return parse_dtype(args.datatype or ("bf16" if args.collective == "allreduce" else "uint8"))
+    default = {"allreduce": "bf16", "alltoallv": "uint8"}.get(args.collective, "float")
+    return parse_dtype(args.datatype or default)
 
 
 # ---------------------------------------------------------------- the table
@@ -394,8 +398,9 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
               f"{'time(us)':>11s} {'algbw':>8s} {'busbw':>8s} {'lb(us)':>10s} {'t/lb':>6s} "
               f"{'stages':>6s}")  # fmt: skip
     else:
+        lb = {"allreduce": "2(N-1)/N bytes per node", "broadcast": "the buffer into a node"}
         print(f"#  algbw = size / time; time = {reduction} over ranks; "
-              "lb = 2(N-1)/N bytes per node over its NICs")  # fmt: skip
+              f"lb = {lb.get(args.collective, '(N-1)/N bytes per node')} over its NICs")  # fmt: skip
         print(f"# {'nodes':>5s} {'ranks':>5s} {'size':>6s} {'count':>9s} {'impl':>19s} "
               f"{'time(us)':>11s} {'algbw':>8s} {'busbw':>8s} {'lb(us)':>10s} {'t/lb':>6s} "
               f"{'note':>6s}")  # fmt: skip
@@ -456,11 +461,24 @@ def run_simulate(args: argparse.Namespace) -> int:
             args.call_costs,
             progress=args.tune and "fast" in impls and sys.stderr.isatty(),
         )
-    else:
+    elif args.collective == "allreduce":
         if args.param:
             raise UsageError("--param applies to the FAST scheduler (alltoallv) only")
         impls = _impls(args, ALLREDUCE_IMPLS)
         points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize)
+    else:
+        chunk = params.pop("chunk_bytes", None)
+        if params or (chunk is not None and args.collective != "broadcast"):
+            raise UsageError(
+                "--param: broadcast takes chunk_bytes (the tree's chunk), nothing else"
+            )
+        if chunk is not None and (
+            isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1
+        ):
+            raise UsageError(f"--param chunk_bytes={chunk!r}: give a whole number of bytes >= 1")
+        impls = _impls(args, BLOCK_IMPLS[args.collective])
+        points = block_points(fabric, args.collective, nodes_list, sizes, impls, dtype.itemsize,
+                              chunk)  # fmt: skip
     static = static_fields(args, fabric, dtype, reduction, params)
     if args.keep_tuning and not args.out:
         raise UsageError("--keep-tuning writes next to --out: give --out FILE too")

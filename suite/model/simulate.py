@@ -22,11 +22,14 @@ from commbench.harness import metrics, results
 from commbench.kernels.model import Fabric
 from commbench.kernels.model import allreduce as ar_model
 from commbench.kernels.model import alltoallv as a2a_model
+from commbench.kernels.model import collectives as coll_model
 from commbench.kernels.model import tune as tune_model
 from commbench.units import format_size
 
 ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
+#: all-gather, reduce-scatter, broadcast: the algorithms modelled for each
+BLOCK_IMPLS = coll_model.ALGORITHMS
 #: command-line flag -> Fabric field
 OVERRIDES = {
     "nic_GBps": "nic_GBps",
@@ -260,6 +263,37 @@ def allreduce_points(
                 yield Point(nodes, size, None, impl, pred, size, size // itemsize, None, extra)
 
 
+def block_points(
+    fabric: Fabric,
+    collective: str,
+    nodes_list: list[int],
+    sizes: list[int],
+    impls: list[str],
+    itemsize: int,
+    chunk_bytes: int | None = None,
+):
+    """One :class:`Point` per (nodes, size, impl) of all-gather, reduce-scatter or
+    broadcast (nccl-tests' size; ``count`` is the per-rank block, as nccl-tests prints it,
+    or the buffer for broadcast)."""
+    for nodes in nodes_list:
+        p = nodes * fabric.gpus_per_node
+        for size in sizes:
+            if size % itemsize:
+                raise UsageError(
+                    f"size {size} is not a multiple of the {itemsize}-byte element: "
+                    "choose -b/-e/--size so every size is"
+                )
+            count = size // itemsize if collective == "broadcast" else size // itemsize // p
+            for impl in impls:
+                t0 = time.perf_counter()
+                try:
+                    pred = coll_model.predict(collective, impl, size, nodes, fabric, chunk_bytes)
+                except ValueError as exc:
+                    raise UsageError(f"{impl} on {nodes} nodes: {exc}") from None
+                extra = {"model_seconds": time.perf_counter() - t0}
+                yield Point(nodes, size, None, impl, pred, size, count, None, extra)
+
+
 # ---------------------------------------------------------------- records
 
 
@@ -318,7 +352,7 @@ def static_fields(args, fabric: Fabric, dtype: np.dtype, reduction: str, params:
         "collective": args.collective,
         "params": params,
         "dtype": dtype_name(dtype),
-        "op": "sum" if args.collective == "allreduce" else None,
+        "op": "sum" if args.collective in ("allreduce", "reducescatter") else None,
         "timing_mode": "model",
         "iters": 1,
         "warmup": 0,

@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
         "sweep",
         help="run every registered implementation locally (what `make run` does)",
         description="Launch `commbench run` under mpiexec for each implementation of "
-        "allreduce and alltoallv on the chosen backend, writing one JSONL file.",
+        "allreduce, alltoallv, allgather, reducescatter and broadcast on the chosen backend, "
+        "writing one JSONL file.",
     )
     p.add_argument("--np", type=int, default=8, help="MPI ranks (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node")

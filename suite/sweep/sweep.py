@@ -1,9 +1,10 @@
 """``commbench sweep``: the local sweep behind ``make run``.
 
-Runs every implementation registered for the backend, for all-reduce and all-to-allv,
-each under its own ``mpiexec`` (one per implementation and workload, like nccl-tests'
-binaries), appending to one results file under ``--out-dir``. A failing implementation is
-reported and the sweep goes on; the exit status says whether all passed.
+Runs every implementation registered for the backend, for all-reduce, all-to-allv,
+all-gather, reduce-scatter and broadcast, each under its own ``mpiexec`` (one per
+implementation and workload, like nccl-tests' binaries), appending to one results file
+under ``--out-dir``. A failing implementation is reported and the sweep goes on; the exit
+status says whether all passed.
 """
 
 from __future__ import annotations
@@ -26,20 +27,32 @@ class SweepItem:
     collective: str
     flags: tuple[str, ...]
     workloads: tuple[str | None, ...] = (None,)
+    #: only these implementations, where registered for the backend (default: all)
+    impls: tuple[str, ...] | None = None
 
 
 #: The Zipf exponents of figure 2's skew panels (measured by `make run` and modelled).
 SKEWS = (0.0, 0.4, 0.8, 0.99)
 ZIPF_SWEEP = "zipf:" + ",".join(str(s) for s in SKEWS)
 
+#: The small sweep of each of all-gather, reduce-scatter and broadcast, in and out of place:
+#: the textbook algorithm next to the libraries' (one launch each costs about as much as
+#: its points, so the other algorithms are left to `commbench run`).
+_BLOCKS = ("-b", "256K", "-e", "1M", "-f", "4", "-n", "5", "-w", "1", "--inplace", "both")
+_LIBRARIES = ("mpi", "nccl", "rccl")
+
 #: What `make run` measures: the NVRAR paper's all-reduce range in bf16, all-to-allv on
 #: balanced traffic over sizes and at every skew of SKEWS at two sizes (figure 2's skew
-#: panels get a curve per implementation). One launch per implementation and workload
-#: list: about 3 minutes on 2 cores, plus about 70 s the first time (FAST's numba core).
+#: panels get a curve per implementation), and a small sweep of each of all-gather,
+#: reduce-scatter and broadcast. One launch per implementation and workload list: about 3
+#: minutes on 2 cores, plus about 70 s the first time (FAST's numba core).
 LOCAL_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
     SweepItem("alltoallv", ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"), ("uniform",)),
     SweepItem("alltoallv", ("-b", "256K", "-e", "1M", "-f", "4", "-n", "5", "-w", "2"), (ZIPF_SWEEP,)),
+    SweepItem("allgather", _BLOCKS, impls=("ring", *_LIBRARIES)),
+    SweepItem("reducescatter", _BLOCKS, impls=("ring", *_LIBRARIES)),
+    SweepItem("broadcast", _BLOCKS, impls=("tree", *_LIBRARIES)),
 )  # fmt: skip
 
 
@@ -76,7 +89,7 @@ def launches(
     cmds = []
     for item in items:
         for spec in implementations(item.collective):
-            if backend not in spec.backends:
+            if backend not in spec.backends or (item.impls and spec.name not in item.impls):
                 continue
             for workload in item.workloads:
                 cmd = [

@@ -102,6 +102,12 @@ class CpuTransport:
     def allgather(self, send, recv, group: str = "node") -> None:
         self.topo.group(group).Allgather(_bytes(send), _bytes(recv))
 
+    def broadcast(self, send, recv, root: int = 0, group: str = "world") -> None:
+        comm = self.topo.group(group)
+        if comm.rank == root and send is not recv:
+            np.copyto(recv, send)
+        comm.Bcast(_bytes(recv), root=root)
+
     def alltoallv(self, send, sendcounts, sdispls, recv, recvcounts, rdispls) -> None:
         """MPI_Alltoallv on byte buffers (counts and displacements in bytes)."""
         self.topo.world.Alltoallv(

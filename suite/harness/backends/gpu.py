@@ -174,6 +174,11 @@ class GpuTransport:
             send.data.ptr, recv.data.ptr, send.nbytes, self._nccl.NCCL_UINT8, self.stream.ptr
         )
 
+    def broadcast(self, send, recv, root=0, group="world") -> None:
+        self._comms[group].broadcast(
+            send.data.ptr, recv.data.ptr, recv.nbytes, self._nccl.NCCL_UINT8, root, self.stream.ptr
+        )
+
     def barrier(self) -> None:
         self.topo.world.Barrier()
 

@@ -108,7 +108,7 @@ fi
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
 fi
-printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not run on cuda' >skipped.txt
+printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not run on cuda' 'allgather rccl-tests: does not run on cuda' 'reducescatter rccl-tests: does not run on cuda' 'broadcast rccl-tests: does not run on cuda' >skipped.txt
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
@@ -117,5 +117,20 @@ run_step 02-allreduce-nccl "$PYTHON" -m commbench run allreduce --impl nccl --ba
 run_step 03-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/h200/golden/results.jsonl
 run_step 04-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/h200/golden/results.jsonl
 run_step 05-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/h200/golden/results.jsonl
-skip_external 06-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
-skip_external 07-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+run_step 06-allgather-nccl "$PYTHON" -m commbench run allgather --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 07-allgather-ring "$PYTHON" -m commbench run allgather --impl ring --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 08-allgather-mpi "$PYTHON" -m commbench run allgather --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 09-reducescatter-nccl "$PYTHON" -m commbench run reducescatter --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 10-reducescatter-ring "$PYTHON" -m commbench run reducescatter --impl ring --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 11-reducescatter-mpi "$PYTHON" -m commbench run reducescatter --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 12-broadcast-nccl "$PYTHON" -m commbench run broadcast --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 13-broadcast-tree "$PYTHON" -m commbench run broadcast --impl tree --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+run_step 14-broadcast-mpi "$PYTHON" -m commbench run broadcast --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/h200/golden/results.jsonl
+skip_external 15-allreduce-nccl_tests-all_reduce_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
+skip_external 16-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 17-allgather-nccl_tests-all_gather_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
+skip_external 18-allgather-osu-osu_allgather 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 19-reducescatter-nccl_tests-reduce_scatter_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
+skip_external 20-reducescatter-osu-osu_reduce_scatter 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 21-broadcast-nccl_tests-broadcast_perf 'nccl-tests not configured: set COMMBENCH_NCCL_TESTS, --set nccl_tests=DIR or nccl_tests in the site file'
+skip_external 22-broadcast-osu-osu_bcast 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'

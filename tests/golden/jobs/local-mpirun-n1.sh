@@ -108,7 +108,7 @@ fi
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
 fi
-printf '%s\n' 'alltoallv fast: not registered' 'allreduce nccl-tests: does not run on cpu' 'allreduce rccl-tests: does not run on cpu' >skipped.txt
+printf '%s\n' 'alltoallv fast: not registered' 'allreduce nccl-tests: does not run on cpu' 'allreduce rccl-tests: does not run on cpu' 'allgather nccl-tests: does not run on cpu' 'allgather rccl-tests: does not run on cpu' 'reducescatter nccl-tests: does not run on cpu' 'reducescatter rccl-tests: does not run on cpu' 'broadcast nccl-tests: does not run on cpu' 'broadcast rccl-tests: does not run on cpu' >skipped.txt
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
@@ -116,4 +116,13 @@ run_step 01-allreduce-nvrar "$PYTHON" -m commbench run allreduce --impl nvrar --
 run_step 02-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 10 -w 2 -c 1 -d bf16 --out /scratch/results/local/golden/results.jsonl
 run_step 03-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local/golden/results.jsonl
 run_step 04-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend cpu --gpus-per-node 2 -b 64K -e 256K -f 4 -n 5 -w 1 -c 1 --workload zipf:0.8 --out /scratch/results/local/golden/results.jsonl
-skip_external 05-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+run_step 05-allgather-ring "$PYTHON" -m commbench run allgather --impl ring --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+run_step 06-allgather-mpi "$PYTHON" -m commbench run allgather --impl mpi --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+run_step 07-reducescatter-ring "$PYTHON" -m commbench run reducescatter --impl ring --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+run_step 08-reducescatter-mpi "$PYTHON" -m commbench run reducescatter --impl mpi --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+run_step 09-broadcast-tree "$PYTHON" -m commbench run broadcast --impl tree --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+run_step 10-broadcast-mpi "$PYTHON" -m commbench run broadcast --impl mpi --backend cpu --gpus-per-node 2 -b 256K -e 256K -f 4 -n 5 -w 1 -c 1 -d float32 --inplace both --out /scratch/results/local/golden/results.jsonl
+skip_external 11-allreduce-osu-osu_allreduce 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 12-allgather-osu-osu_allgather 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 13-reducescatter-osu-osu_reduce_scatter 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'
+skip_external 14-broadcast-osu-osu_bcast 'osu not configured: set COMMBENCH_OSU, --set osu=DIR or osu in the site file'

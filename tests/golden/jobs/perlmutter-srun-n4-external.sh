@@ -129,7 +129,7 @@ fi
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     scontrol show job "$SLURM_JOB_ID" >scontrol-show-job.txt 2>&1
 fi
-printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not run on cuda' >skipped.txt
+printf '%s\n' 'alltoallv fast: not registered' 'allreduce rccl-tests: does not run on cuda' 'allgather rccl-tests: does not run on cuda' 'reducescatter rccl-tests: does not run on cuda' 'broadcast rccl-tests: does not run on cuda' >skipped.txt
 echo "skipped (see skipped.txt):"
 cat skipped.txt
 
@@ -155,21 +155,84 @@ run_step 02-allreduce-nccl "$PYTHON" -m commbench run allreduce --impl nccl --ba
 run_step 03-allreduce-mpi "$PYTHON" -m commbench run allreduce --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --out /scratch/results/perlmutter/golden/results.jsonl
 run_step 04-alltoallv-fanout "$PYTHON" -m commbench run alltoallv --impl fanout --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/perlmutter/golden/results.jsonl
 run_step 05-alltoallv-mpi "$PYTHON" -m commbench run alltoallv --impl mpi --backend cuda -b 1M -e 64M -f 8 -n 20 -w 5 -c 1 --workload zipf:0.8 --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 06-allgather-nccl "$PYTHON" -m commbench run allgather --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 07-allgather-ring "$PYTHON" -m commbench run allgather --impl ring --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 08-allgather-mpi "$PYTHON" -m commbench run allgather --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 09-reducescatter-nccl "$PYTHON" -m commbench run reducescatter --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 10-reducescatter-ring "$PYTHON" -m commbench run reducescatter --impl ring --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 11-reducescatter-mpi "$PYTHON" -m commbench run reducescatter --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 12-broadcast-nccl "$PYTHON" -m commbench run broadcast --impl nccl --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 13-broadcast-tree "$PYTHON" -m commbench run broadcast --impl tree --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
+run_step 14-broadcast-mpi "$PYTHON" -m commbench run broadcast --impl mpi --backend cuda -b 64K -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 --inplace both --out /scratch/results/perlmutter/golden/results.jsonl
 EXTERNAL_BINARY=/global/common/software/m1234/nccl-tests/build/all_reduce_perf
 if [ -x "$EXTERNAL_BINARY" ]; then
-    run_step 06-allreduce-nccl_tests-all_reduce_perf "$EXTERNAL_BINARY" -b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d bfloat16
+    run_step 15-allreduce-nccl_tests-all_reduce_perf "$EXTERNAL_BINARY" -b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d bfloat16
     if [ "$step_status" -eq 0 ]; then
-        import_external 06-allreduce-nccl_tests-all_reduce_perf nccl-tests logs/06-allreduce-nccl_tests-all_reduce_perf.log --binary all_reduce_perf --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+        import_external 15-allreduce-nccl_tests-all_reduce_perf nccl-tests logs/15-allreduce-nccl_tests-all_reduce_perf.log --binary all_reduce_perf --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
     fi
 else
-    skip_external 06-allreduce-nccl_tests-all_reduce_perf "$EXTERNAL_BINARY is not an executable file"
+    skip_external 15-allreduce-nccl_tests-all_reduce_perf "$EXTERNAL_BINARY is not an executable file"
 fi
 EXTERNAL_BINARY=/global/common/software/m1234/osu/libexec/osu-micro-benchmarks/mpi/collective/osu_allreduce
 if [ -x "$EXTERNAL_BINARY" ]; then
-    run_step 07-allreduce-osu-osu_allreduce "$EXTERNAL_BINARY" -m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda
+    run_step 16-allreduce-osu-osu_allreduce "$EXTERNAL_BINARY" -m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda
     if [ "$step_status" -eq 0 ]; then
-        import_external 07-allreduce-osu-osu_allreduce osu logs/07-allreduce-osu-osu_allreduce.log --binary osu_allreduce --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+        import_external 16-allreduce-osu-osu_allreduce osu logs/16-allreduce-osu-osu_allreduce.log --binary osu_allreduce --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
     fi
 else
-    skip_external 07-allreduce-osu-osu_allreduce "$EXTERNAL_BINARY is not an executable file"
+    skip_external 16-allreduce-osu-osu_allreduce "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/nccl-tests/build/all_gather_perf
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 17-allgather-nccl_tests-all_gather_perf "$EXTERNAL_BINARY" -b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d float
+    if [ "$step_status" -eq 0 ]; then
+        import_external 17-allgather-nccl_tests-all_gather_perf nccl-tests logs/17-allgather-nccl_tests-all_gather_perf.log --binary all_gather_perf --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 17-allgather-nccl_tests-all_gather_perf "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/osu/libexec/osu-micro-benchmarks/mpi/collective/osu_allgather
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 18-allgather-osu-osu_allgather "$EXTERNAL_BINARY" -m 4096:262144 -i 200 -x 20 -T mpi_float -d cuda
+    if [ "$step_status" -eq 0 ]; then
+        import_external 18-allgather-osu-osu_allgather osu logs/18-allgather-osu-osu_allgather.log --binary osu_allgather --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 18-allgather-osu-osu_allgather "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/nccl-tests/build/reduce_scatter_perf
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 19-reducescatter-nccl_tests-reduce_scatter_perf "$EXTERNAL_BINARY" -b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d float
+    if [ "$step_status" -eq 0 ]; then
+        import_external 19-reducescatter-nccl_tests-reduce_scatter_perf nccl-tests logs/19-reducescatter-nccl_tests-reduce_scatter_perf.log --binary reduce_scatter_perf --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 19-reducescatter-nccl_tests-reduce_scatter_perf "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/osu/libexec/osu-micro-benchmarks/mpi/collective/osu_reduce_scatter
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 20-reducescatter-osu-osu_reduce_scatter "$EXTERNAL_BINARY" -m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda
+    if [ "$step_status" -eq 0 ]; then
+        import_external 20-reducescatter-osu-osu_reduce_scatter osu logs/20-reducescatter-osu-osu_reduce_scatter.log --binary osu_reduce_scatter --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 20-reducescatter-osu-osu_reduce_scatter "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/nccl-tests/build/broadcast_perf
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 21-broadcast-nccl_tests-broadcast_perf "$EXTERNAL_BINARY" -b 65536 -e 4194304 -f 4 -n 200 -w 20 -c 1 -g 1 -d float
+    if [ "$step_status" -eq 0 ]; then
+        import_external 21-broadcast-nccl_tests-broadcast_perf nccl-tests logs/21-broadcast-nccl_tests-broadcast_perf.log --binary broadcast_perf --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 21-broadcast-nccl_tests-broadcast_perf "$EXTERNAL_BINARY is not an executable file"
+fi
+EXTERNAL_BINARY=/global/common/software/m1234/osu/libexec/osu-micro-benchmarks/mpi/collective/osu_bcast
+if [ -x "$EXTERNAL_BINARY" ]; then
+    run_step 22-broadcast-osu-osu_bcast "$EXTERNAL_BINARY" -m 65536:4194304 -i 200 -x 20 -T mpi_float -d cuda
+    if [ "$step_status" -eq 0 ]; then
+        import_external 22-broadcast-osu-osu_bcast osu logs/22-broadcast-osu-osu_bcast.log --binary osu_bcast --out /scratch/results/perlmutter/golden/results.jsonl --nranks 16 --nodes 4 --backend cuda --gpus-per-node 4
+    fi
+else
+    skip_external 22-broadcast-osu-osu_bcast "$EXTERNAL_BINARY is not an executable file"
 fi
