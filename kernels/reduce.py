@@ -9,6 +9,7 @@ buffers of bf16 are uint16 arrays).
 
 from __future__ import annotations
 
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -35,8 +36,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@cache
 def is_bf16(dtype: Any) -> bool:
-    """Whether ``dtype`` is bfloat16 (ml_dtypes'; a bf16 array exists only once it is loaded)."""
+    """Whether ``dtype`` is bfloat16 (ml_dtypes'; a bf16 array exists only once it is loaded).
+    Cached: ``dtype.name`` costs ~3 us, paid twice per reduction step in a timed call."""
     return np.dtype(dtype).name == "bfloat16"
 
 

@@ -137,6 +137,15 @@ int cb_time(const cb_call *c, int iters, int warmup, int mode, double *out,
 }
 
 #ifdef CB_MAIN
+/* A buffer as OSU allocates one (page-aligned, ordinary pages: no madvise for huge pages,
+ * which commbench turns off in numpy too), written so every page is real memory. */
+static void *buffer(size_t bytes, int fill) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1)) return NULL;
+  memset(p, fill, bytes);
+  return p;
+}
+
 /* The standalone reference: cloop POINTS_FILE MODE ITERS WARMUP
  *
  * POINTS_FILE (written by commbench.kernels.native.write_points): int64 little-endian
@@ -206,10 +215,9 @@ int main(int argc, char **argv) {
         at += (size_t)size * size;
       }
     }
-    /* written, so every page is real memory (calloc's untouched pages all read one zero page) */
-    c.send = malloc(sbytes ? sbytes : 1);
-    c.recv = malloc(rbytes ? rbytes : 1);
-    memset(c.send, 1, sbytes), memset(c.recv, 0, rbytes);
+    c.send = buffer(sbytes, 1);
+    c.recv = buffer(rbytes, 0);
+    if (!c.send || !c.recv) MPI_Abort(MPI_COMM_WORLD, 4);
     int err = cb_time(&c, iters, warmup, mode, out, NULL);
     if (err) MPI_Abort(MPI_COMM_WORLD, 3);
     double mine = 0;

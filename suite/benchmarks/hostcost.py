@@ -9,8 +9,10 @@ message. Library collectives an implementation calls inside (``transport.allredu
 and one-sided transfers (NVRAR's CPU path) are not replayed: those rows say so, and their
 "host cost" includes the library's time for them.
 
-``python -m commbench.benchmarks.hostcost`` starts itself on 4 ranks (2 nodes x 2) (``make
-bench``), or runs under the launcher that started it.
+``python -m commbench.benchmarks.hostcost [NP [G]]`` starts itself on NP ranks, G per
+emulated node (default 2 x 1: on a 2-core machine more ranks than cores make every round
+wait for a descheduled peer, which measures the scheduler, not the host cost), or runs under
+the launcher that started it (``make bench``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 
 import numpy as np
 
-NP, GPUS_PER_NODE = 4, 2
+NP, GPUS_PER_NODE = 2, 1
 IMPLS = {
     "alltoallv": ("fanout", "spreadout", "pxn", "deepep", "balance-only", "fast", "fast+sched"),
     "allreduce": ("ring", "recursive-doubling", "rabenseifner", "nvrar"),
@@ -109,7 +111,7 @@ class Recorder:
         return rounds, send_size, recv_size
 
 
-def measure(collective: str, impl: str) -> dict:
+def measure(collective: str, impl: str, gpus_per_node: int) -> dict:
     """This rank's numbers for one implementation (collective over the world)."""
     from commbench.harness.driver import Sweep, add_arguments, make_config
     from commbench.kernels import native
@@ -118,7 +120,7 @@ def measure(collective: str, impl: str) -> dict:
     add_arguments(parser)
     size = str(SIZE[collective])
     args = parser.parse_args(
-        [collective, "--impl", impl, "--gpus-per-node", str(GPUS_PER_NODE), "-b", size,
+        [collective, "--impl", impl, "--gpus-per-node", str(gpus_per_node), "-b", size,
          "-e", size, "-n", str(ITERS), "-w", str(WARMUP), "-c", "0"]
     )  # fmt: skip
     sweep = Sweep(make_config(args))
@@ -154,20 +156,23 @@ def main(argv: list[str]) -> int:
     from commbench.launch import relaunch, under_launcher
 
     if not under_launcher():
-        return relaunch(NP, "commbench.benchmarks.hostcost", argv, timeout=900)
+        ranks = int(argv[0]) if argv else NP
+        return relaunch(ranks, "commbench.benchmarks.hostcost", argv[1:2], timeout=900)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    gpus_per_node = int(argv[0]) if argv else GPUS_PER_NODE
     rows = []
     for collective, impls in IMPLS.items():
         for impl in impls:
-            mine = measure(collective, impl)
+            mine = measure(collective, impl, gpus_per_node)
             every = comm.gather(mine)
             if comm.rank == 0:
                 rows.append((collective, impl, every))
     if comm.rank == 0:
         print(
-            f"# host cost per call: {NP} ranks ({NP // GPUS_PER_NODE} nodes x {GPUS_PER_NODE}), "
+            f"# host cost per call: {comm.size} ranks ({comm.size // gpus_per_node} nodes x "
+            f"{gpus_per_node}), "
             f"cpu backend, pipelined, -n {ITERS}, median of {ROUNDS} interleaved rounds; "
             "per rank, the busiest shown"
         )

@@ -415,6 +415,7 @@ class Sweep:
             # with what the driver set for the implementation (ImplSpec.env) on a GPU
             "env": {**results.captured_env(), **self._impl_env()},
             "emulated_fabric": current_fabric(),
+            "mpi_thread_level": _mpi_thread_level(),
             **({"root": cfg.root} if cfg.collective in collectives.ROOTED else {}),
         }
 
@@ -622,7 +623,8 @@ class Sweep:
         self.watchdog.phase(
             f"{what}: timed calls (native loop)", _NativeProgress(progress, cfg.iters)
         )
-        out = native.time_call(call, cfg.iters, cfg.timing, progress=progress)
+        # warmed up in C too, as the C reference is (the Python warm-up ran mpi4py's call)
+        out = native.time_call(call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress)
         per_call_us = float(out.mean())
         return per_call_us, per_call_us, (out if cfg.timing == "latency" else None)
 
@@ -826,3 +828,13 @@ class _NativeProgress:
 
     def __length_hint__(self) -> int:
         return self.total - int(self.counter[0])
+
+
+def _mpi_thread_level() -> str:
+    """The thread level MPI was started with (``commbench.MPI_THREAD_LEVEL`` unless
+    ``MPI4PY_RC_THREAD_LEVEL`` said otherwise): it changes what a small call costs."""
+    from mpi4py import MPI
+
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+             MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}  # fmt: skip
+    return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
