@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench import __version__
-from commbench.analysis import records
+from commbench.analysis import intervals, records, tiers
 from commbench.cluster.netns import current_fabric
 from commbench.errors import UsageError
 from commbench.harness import collectives, metrics, results
 from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
+from commbench.harness.iterclock import IterationClock, slowest_rank_samples
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels.dtypes import dtype_name
@@ -80,6 +81,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="algorithm option passed to the implementation (repeatable)",
     )
     p.add_argument("--out", default=None, help="append JSONL records here")
+    p.add_argument(
+        "--launch",
+        type=int,
+        default=None,
+        metavar="I",
+        help="this run is launch I of a repeated sweep (kept in the records; "
+        "`commbench sweep --repeat` sets it)",
+    )
+    p.add_argument(
+        "--tiers",
+        action="store_true",
+        help="also print where the bytes went: busiest NIC and scale-up port, their rates",
+    )
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument(
         "--system",
@@ -122,6 +136,8 @@ class Config:
     resume: bool = False
     system: str = "local"
     watchdog_s: float = 300.0
+    launch: int | None = None
+    tiers: bool = False
 
 
 def parse_params(items: list[str]) -> dict:
@@ -200,6 +216,8 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"--workload applies to alltoallv, not {coll}")
     else:
         workloads = [None]
+    if args.launch is not None and args.launch < 1:
+        raise UsageError(f"--launch {args.launch}: launches are numbered from 1")
     if args.resume and not args.out:
         raise UsageError("--resume needs --out FILE (the records to resume from)")
     if args.out:
@@ -230,6 +248,8 @@ def make_config(args: argparse.Namespace) -> Config:
         resume=args.resume,
         system=args.system,
         watchdog_s=args.watchdog,
+        launch=args.launch,
+        tiers=args.tiers,
     )
 
 
@@ -296,6 +316,43 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+TIERS_NOTE = (
+    "tiers: busiest NIC and scale-up port (bytes per call, MB = 1e6), their rate and % of the "
+    "profile's, time / lower bound"
+)
+#: (header, unit, width) of the --tiers columns
+TIER_COLUMNS = (
+    ("NIC", "(MB)", 9),
+    ("NIC", "(GB/s)", 8),
+    ("NIC", "%line", 6),
+    ("scaleup", "(MB)", 9),
+    ("scaleup", "(GB/s)", 8),
+    ("scaleup", "%line", 6),
+    ("t/lb", "", 7),
+)
+
+
+def tier_cells(t: dict | None) -> str:
+    """The --tiers cells of one record (blank where unknown)."""
+    if not isinstance(t, dict):
+        return "".join(f" {'-':>{w}s}" for _, _, w in TIER_COLUMNS)
+
+    def num(key: str, scale: float, fmt: str) -> str:
+        v = t.get(key)
+        return format(v * scale, fmt) if isinstance(v, (int, float)) else "-"
+
+    cells = (
+        num("nic_bytes", 1e-6, ".3f"),
+        num("nic_GBps", 1, ".3f"),
+        num("nic_fraction", 100, ".1f"),
+        num("scaleup_bytes", 1e-6, ".3f"),
+        num("scaleup_GBps", 1, ".3f"),
+        num("scaleup_fraction", 100, ".1f"),
+        num("time_over_lb", 1, ".2f"),
+    )
+    return "".join(f" {c:>{w}s}" for c, (_, _, w) in zip(cells, TIER_COLUMNS, strict=True))
+
+
 class Sweep:
     """One invocation: topology, transport, implementation, then every point."""
 
@@ -314,6 +371,7 @@ class Sweep:
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
+        self._traffic = None  # rank 0: the point's traffic matrix (where the bytes went)
         watchdog.phase("sharing the run id and device list")
         self.run_id = self.topo.world.bcast(results.new_run_id() if self.is_root else None)
         info = self.transport.describe()
@@ -348,6 +406,7 @@ class Sweep:
             # with what the driver set for the implementation (ImplSpec.env) on a GPU
             "env": {**results.captured_env(), **self._impl_env()},
             "emulated_fabric": current_fabric(),
+            "launch": cfg.launch,
         }
 
     def _impl_env(self) -> dict:
@@ -447,6 +506,7 @@ class Sweep:
         wd.phase(f"{what}: building the buffers")
         point = self._build(workload, size, unit)
         case = point.case
+        self._traffic = getattr(case, "traffic", None) if self.is_root else None
         collectives.fill(t, point, rep=index)
         wd.phase(f"{what}: setup")
         impl.setup(case)
@@ -457,18 +517,23 @@ class Sweep:
         if cfg.timing == "pipelined":
             runner = self._graph(case) if cfg.graph_iters else None
             calls = cfg.iters if runner is None else -(-cfg.iters // cfg.graph_iters)
+            clock = IterationClock(t, calls, cfg.graph_iters or 1)
             wd.phase(f"{what}: barrier before the timed calls")
             t.barrier()
             t0 = t.now()
+            clock.start()
             if runner is None:
                 for _ in wd.counting(f"{what}: timed calls", calls):
                     impl.run(case)
+                    clock.tick()
             else:
                 for _ in wd.counting(f"{what}: timed graph launches", calls):
                     runner()
+                    clock.tick()
             t.synchronize()
             elapsed = t.now() - t0
             per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
+            progress = clock.progress()
         else:
             samples = np.empty(cfg.iters)
             for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
@@ -478,6 +543,7 @@ class Sweep:
                 t.synchronize()
                 samples[i] = (t.now() - t0) * 1e6
             per_call_us = float(samples.mean())
+            progress = None
         # One call started together after a barrier: when did this rank finish?
         wd.phase(f"{what}: the finish-time call")
         t.barrier()
@@ -496,6 +562,7 @@ class Sweep:
         return {
             "time_us": per_call_us,
             "samples": samples,
+            "progress": progress,
             "finish_us": finish_us,
             "nwrong": nwrong,
             "count": point.count,
@@ -552,6 +619,17 @@ class Sweep:
             harness_overhead_us=overhead_us,
             info=gathered[0]["info"],
         )
+        # the interval: per iteration, the slowest rank's time (analysis.intervals)
+        if samples is not None:  # calls between barriers: each call's slowest rank
+            slowest = samples.max(axis=0)
+        else:
+            since = [g["progress"][0] for g in gathered]
+            slowest = slowest_rank_samples(since, gathered[0]["progress"][1])
+        rec.update(intervals.interval_fields(slowest))
+        sched = getattr(self.impl, "schedule", None)  # FAST's: the routes its bytes took
+        rec["tiers"] = tiers.record_tiers(
+            rec, self._traffic, sched.transfers() if hasattr(sched, "transfers") else None
+        )
         raw = {
             "run_id": self.run_id,
             "point": index,
@@ -560,6 +638,7 @@ class Sweep:
             "timing_mode": cfg.timing,
             "rank_time_us": times.tolist(),
             "samples_us": samples.tolist() if samples is not None else None,
+            "launch": cfg.launch,
         }
         return rec, raw
 
@@ -594,14 +673,21 @@ class Sweep:
             else "algbw = size / time"
         )
         print(f"#  {metric}; busbw = algbw x {metrics.busbw_factor(cfg.collective, topo.size):.4f}")
+        print(
+            "#  95% CI: bootstrap interval of the median per-iteration time of the slowest "
+            "rank; n: its samples"
+        )
+        if cfg.tiers:
+            print(f"#  {TIERS_NOTE}")
         wl = f" {'workload':>14s}" if cfg.collective == "alltoallv" else ""
+        more, units = self._extra_headers()
         print(
             f"# {'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}{wl} "
-            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}"
+            f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}{more}"
         )
         print(
             f"# {'(B)':>12s} {'(elements)':>12s} {'':>9s} {'':>6s}{' ' * len(wl)} "
-            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}"
+            f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}{units}"
         )
         sys.stdout.flush()
 
@@ -611,9 +697,25 @@ class Sweep:
         print(
             f"  {rec['size_bytes']:12d} {rec['count']:12d} {rec['dtype']:>9s} {op:>6s}{wl} "
             f"{rec['time_us']:10.2f} {rec['algbw_GBps']:8.3f} {rec['busbw_GBps']:8.3f} "
-            f"{rec['nwrong']:7d}{note}"
+            f"{rec['nwrong']:7d}{self._extra_columns(rec)}{note}"
         )
         sys.stdout.flush()
+
+    def _extra_headers(self) -> tuple[str, str]:
+        """Header cells after #wrong: the interval, and the tiers with --tiers."""
+        names = f" {'95% CI':>21s} {'n':>4s}"
+        units = f" {'(us)':>21s} {'':>4s}"
+        if self.cfg.tiers:
+            names += "".join(f" {h:>{w}s}" for h, _, w in TIER_COLUMNS)
+            units += "".join(f" {u:>{w}s}" for _, u, w in TIER_COLUMNS)
+        return names, units
+
+    def _extra_columns(self, rec: dict) -> str:
+        ci = intervals.record_interval(rec)
+        text = f" {ci.text():>21s} {ci.samples:4d}"
+        if self.cfg.tiers:
+            text += tier_cells(rec.get("tiers"))
+        return text
 
     def _print_footer(self, total_wrong: int, bus: list[float]) -> None:
         print(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
