@@ -299,3 +299,17 @@ def ratio_interval(
     ok = b > 0
     lo, hi = _bounds(n[ok] / b[ok], level)
     return Ratio(value, min(lo, value), max(hi, value))
+
+
+def merged_points(records: Iterable[Mapping]) -> list[tuple[Mapping, Interval]]:
+    """One ``(first record, interval)`` per point (the same
+    :func:`~commbench.analysis.records.point_key` and run), its launches merged, in the
+    order the points first appear."""
+    from commbench.analysis.records import point_key
+
+    groups: dict[tuple, list[Mapping]] = {}
+    for rec in records:
+        if rec.get("collective") in (None, "schedule"):
+            continue
+        groups.setdefault((rec.get("run_id"), point_key(rec)), []).append(rec)
+    return [(recs[0], records_interval(recs)) for recs in groups.values()]
