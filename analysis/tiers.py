@@ -378,7 +378,7 @@ def record_rates(rec: Mapping) -> Rates | None:
 # ------------------------------------------------------------------ records
 
 
-def _itemsize(name) -> int:
+def itemsize(name) -> int:
     """Bytes per element of a record's dtype name (the unit FAST's pieces align to)."""
     if name in ("bfloat16", "bf16"):
         return 2
@@ -430,7 +430,7 @@ def record_tiers(
         options = info.get("options") if isinstance(info.get("options"), Mapping) else None
         params = rec.get("params") if isinstance(rec.get("params"), Mapping) else {}
         hops, routing = alltoallv_hops(
-            traffic, g, impl, transfers, options or params, _itemsize(rec.get("dtype"))
+            traffic, g, impl, transfers, options or params, itemsize(rec.get("dtype"))
         )
         lb = None
         if fabric is not None:
