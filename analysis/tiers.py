@@ -64,6 +64,11 @@ FIELDS = (
     "time_over_lb",
     "rates_from",
 )
+#: the record fields :func:`record_tiers` reads
+RECORD_KEYS = (
+    "collective", "nranks", "gpus_per_node", "impl", "size_bytes", "time_us", "system",
+    "dtype", "params", "info", "fabric", "emulated_fabric",
+)  # fmt: skip
 TWO_HOP = ("pxn", "deepep")
 SCHEDULED = ("fast", "fast+sched", "balance-only")
 ALLREDUCE_ROUTES = ("ring", "recursive-doubling", "rabenseifner", "nvrar")
