@@ -152,6 +152,24 @@ class Comparison:
         logs = [math.log(r.ratio.value) for r in self.rows if r.ratio.value > 0]
         return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
+    def caveat(self) -> str | None:
+        """A warning when measured points rest on one launch a side: their intervals hold
+        the iterations' noise, not the drift between launches that two runs of a shared
+        machine see (``--repeat`` gives the second level)."""
+        single = sum(
+            1
+            for r in self.rows
+            if r.key["kind"] == "measured" and min(r.base.launches, r.new.launches) < 2
+        )
+        if not single:
+            return None
+        return (
+            f"{single} of {len(self.rows)} points rest on one launch a side: their intervals "
+            "cover the noise between iterations, not the drift between launches; repeat "
+            "the launches (commbench sweep --repeat K, make run REPEAT=K) before trusting "
+            "a verdict on a shared machine"
+        )
+
     def summary(self) -> str:
         c = self.counts()
         parts = [f"{c[FASTER]} faster", f"{c[SLOWER]} slower", f"{c[SAME]} no difference"]
@@ -355,7 +373,8 @@ def html_page(
         f"<h1>{html.escape(title)}</h1>"
         f"<p>{html.escape(' vs '.join(inputs))}</p>"
         f"<p><b>{html.escape(comparison.summary())}</b> ({status}).</p>"
-        "<p>Time: the median per-iteration time of the slowest rank, with its 95 % bootstrap "
+        + (f"<p><i>{html.escape(comparison.caveat())}</i></p>" if comparison.caveat() else "")
+        + "<p>Time: the median per-iteration time of the slowest rank, with its 95 % bootstrap "
         "interval (over launches and iterations); new/base &lt; 1 means NEW is faster. "
         "Verdict at 95 %: faster or slower when the ratio's whole interval is below or above "
         "1, no difference when it holds 1, cannot tell when a side has no interval.</p>"

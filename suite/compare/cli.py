@@ -81,6 +81,8 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     print(text_table(result, args.tiers))
     print(f"# {result.summary()}")
+    if result.caveat():
+        print(f"# note: {result.caveat()}")
     if args.html:
         from pathlib import Path
 
