@@ -209,11 +209,11 @@ def print_merged(out: Path, repeat: int) -> None:
         f"\n# {repeat} interleaved launches per implementation, merged per point: median "
         "per-iteration time of the slowest rank (us), 95% CI, samples (launches)"
     )
-    print(f"# {'collective':10s} {'impl':14s} {'workload':14s} {'size':>9s} "
+    print(f"# {'collective':10s} {'impl':18s} {'workload':14s} {'size':>9s} "
           f"{'median':>10s} {'95% CI':>22s} {'n':>9s}")  # fmt: skip
     for rec, ci in rows:
         print(
-            f"  {rec['collective']:10s} {rec['impl']:14s} {str(rec.get('workload') or '-')[:14]:14s} "
+            f"  {rec['collective']:10s} {rec['impl']:18s} {str(rec.get('workload') or '-')[:14]:14s} "
             f"{rec['size_bytes']:9d} {ci.median:10.2f} {ci.text():>22s} "
             f"{f'{ci.samples} ({ci.launches})':>9s}"
         )
