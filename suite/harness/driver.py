@@ -703,8 +703,8 @@ class Sweep:
 
     def _extra_headers(self) -> tuple[str, str]:
         """Header cells after #wrong: the interval, and the tiers with --tiers."""
-        names = f" {'95% CI':>21s} {'n':>4s}"
-        units = f" {'(us)':>21s} {'':>4s}"
+        names = f" {'95% CI':>23s} {'n':>4s}"
+        units = f" {'(us)':>23s} {'':>4s}"
         if self.cfg.tiers:
             names += "".join(f" {h:>{w}s}" for h, _, w in TIER_COLUMNS)
             units += "".join(f" {u:>{w}s}" for _, u, w in TIER_COLUMNS)
@@ -712,7 +712,7 @@ class Sweep:
 
     def _extra_columns(self, rec: dict) -> str:
         ci = intervals.record_interval(rec)
-        text = f" {ci.text():>21s} {ci.samples:4d}"
+        text = f" {ci.text():>23s} {ci.samples:4d}"
         if self.cfg.tiers:
             text += tier_cells(rec.get("tiers"))
         return text
