@@ -164,6 +164,12 @@ def plot_series(
                         ecolor=style["color"], elinewidth=1.0, capsize=2.5, alpha=0.9)  # fmt: skip
 
 
+def plot_summary(ax: Axes, x: Sequence[float], s, name: str, kind: str) -> None:
+    """:func:`plot_series` of a :func:`commbench.analysis.tables.summarise` frame ``s``:
+    its value, spread and 95 % interval at ``x``."""
+    plot_series(ax, x, s["value"], s["low"], s["high"], name, kind, s["ci_low"], s["ci_high"])
+
+
 def reference_label(text: str, source: str) -> str:
     """Legend text for a reference number: ``paper: ...`` (``reference: ...`` when the
     number comes from our spec rather than a paper) — never looks like our data."""
