@@ -73,7 +73,7 @@ class Interval:
         """The record fields of this interval (:data:`FIELDS`)."""
 
         def num(x: float) -> float | None:
-            return float(x) if math.isfinite(x) else None
+            return round(float(x), 4) if math.isfinite(x) else None
 
         return {
             "ci_median_us": num(self.median),

@@ -292,7 +292,7 @@ def summarise_tiers(
     up_line = rates.scaleup_GBps if rates and _positive(rates.scaleup_GBps) else None
     nic_rate, up_rate = rate(b["nic_bytes"]), rate(b["scaleup_bytes"])
     lb = lower_bound_us if _positive(lower_bound_us) else None
-    return {
+    out = {
         "routing": routing,
         "nic_bytes": b["nic_bytes"],
         "nic_GBps": nic_rate,
@@ -308,6 +308,12 @@ def summarise_tiers(
         "time_over_lb": time_us / lb if lb and ok else None,
         "rates_from": rates.source if rates and (nic_line or up_line) else None,
     }
+    return {k: _round(v) for k, v in out.items()}
+
+
+def _round(v):
+    """Six significant digits: what a record keeps of a float."""
+    return float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v
 
 
 # ------------------------------------------------------------------ rates
