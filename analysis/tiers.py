@@ -308,11 +308,11 @@ def summarise_tiers(
         "time_over_lb": time_us / lb if lb and ok else None,
         "rates_from": rates.source if rates and (nic_line or up_line) else None,
     }
-    return {k: _round(v) for k, v in out.items()}
+    return {k: v if k.endswith("_bytes") else _round(v) for k, v in out.items()}
 
 
 def _round(v):
-    """Six significant digits: what a record keeps of a float."""
+    """Six significant digits: what a record keeps of a rate, fraction or time."""
     return float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v
 
 

@@ -132,11 +132,11 @@ def test_rates_fractions_and_the_lower_bound():
            "size_bytes": p << 20, "time_us": 1000.0, "system": "h200", "dtype": "float32"}  # fmt: skip
     t = tiers.record_tiers(rec, d)
     nic = 8 << 20  # 8 remote ranks x 1 MiB
-    assert t["nic_bytes"] == nic and t["nic_GBps"] == pytest.approx(nic / 1e9 / 1e-3)
+    assert t["nic_bytes"] == nic and t["nic_GBps"] == pytest.approx(nic / 1e9 / 1e-3, rel=1e-5)
     assert t["nic_line_GBps"] == 48.9 and t["rates_from"] == "profile h200"
-    assert t["nic_fraction"] == pytest.approx(t["nic_GBps"] / 48.9)
-    assert t["lower_bound_us"] == pytest.approx(nic / 48.9e3)  # the NIC tier bounds it
-    assert t["time_over_lb"] == pytest.approx(1000.0 / t["lower_bound_us"])
+    assert t["nic_fraction"] == pytest.approx(t["nic_GBps"] / 48.9, rel=1e-5)  # 6 digits kept
+    assert t["lower_bound_us"] == pytest.approx(nic / 48.9e3, rel=1e-5)  # the NIC tier
+    assert t["time_over_lb"] == pytest.approx(1000.0 / t["lower_bound_us"], rel=1e-5)
     # no profile, no fabric: bytes and rates only
     bare = tiers.record_tiers(dict(rec, system="somewhere"), d)
     assert bare["nic_fraction"] is None and bare["lower_bound_us"] is None
