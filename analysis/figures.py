@@ -33,6 +33,7 @@ from commbench.analysis.style import (
     log_y,
     new_figure,
     plot_series,
+    plot_summary,
     reference_label,
     save,
     series_style,
@@ -232,7 +233,7 @@ def _latency_panel(ax: Axes, ctx: pd.DataFrame, ref: pd.DataFrame, system, nodes
         # imported tools that print no max over ranks (OSU without -f) have no point here
         s = summarise(rows, ["size_bytes"], "latency_max").dropna(subset=["value"])
         if not s.empty:
-            plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
+            plot_summary(ax, s["size_bytes"], s, label, kind)
             drew = True
     lat = ref[(ref["quantity"] == "latency_us") & (ref["collective"] == "allreduce")]
     lat = _for_system(lat, system)
@@ -368,7 +369,7 @@ def _skew_panel(ax: Axes, ctx, ref, system, nodes, gpn, size) -> None:
     part = ctx[ctx["size_bytes"] == at_size]
     for label, kind, rows in _lines(part):
         s = summarise(rows, ["zipf_s"], "mean_algbw")
-        plot_series(ax, s["zipf_s"], s["value"], s["low"], s["high"], label, kind)
+        plot_summary(ax, s["zipf_s"], s, label, kind)
     alg = ref[(ref["quantity"] == "algbw_GBps") & ref["workload"].str.startswith("zipf")]
     alg = _for_system(alg, system)
     alg = alg[alg["nodes"] == (nodes if not pd.isna(nodes) else -1)]
@@ -405,7 +406,7 @@ def _zipf_size_panel(ax: Axes, ctx, system, nodes, gpn, zipf: float) -> None:
     part = ctx[np.isclose(ctx["zipf_s"], zipf)]
     for label, kind, rows in _lines(part):
         s = summarise(rows, ["size_bytes"], "mean_algbw")
-        plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
+        plot_summary(ax, s["size_bytes"], s, label, kind)
     size_axis(ax, part["size_bytes"], "mean bytes each GPU sends")
     ax.set_ylabel(MEAN_ALGBW_LABEL)
     ax.set_title(
@@ -660,7 +661,7 @@ def figure_5(
         part = ctx[ctx["size_bytes"] == at]
         for label, kind, rows in _lines(part):
             s = summarise(rows, ["nodes"], "busbw")
-            plot_series(ax, s["nodes"].astype(float), s["value"], s["low"], s["high"], label, kind)
+            plot_summary(ax, s["nodes"].astype(float), s, label, kind)
         nodes = list(part["nodes"].astype(float))
         bw = ref[(ref["quantity"] == "busbw_GBps") & (ref["collective"] == collective)]
         bw = _for_system(bw, system)
@@ -880,7 +881,7 @@ def _a2a_model_panel(part, measured, ref, system, size, workload) -> Callable[[A
         both = pd.concat([part, meas])
         for label, kind, rows in _lines(both):
             s = summarise(rows, ["nodes"], "mean_algbw")
-            plot_series(ax, s["nodes"].astype(float), s["value"], s["low"], s["high"], label, kind)
+            plot_summary(ax, s["nodes"].astype(float), s, label, kind)
         xs = list(both["nodes"].astype(float))
         alg = ref[(ref["quantity"] == "algbw_GBps") & (ref["workload"] == wl)]
         for row in _for_system(alg, system).itertuples():
@@ -923,7 +924,7 @@ def _allreduce_model_panel(part, measured, ref, system, nodes) -> Callable[[Axes
         both = pd.concat([part, meas])
         for label, kind, rows in _lines(both):
             s = summarise(rows, ["size_bytes"], "latency_max")
-            plot_series(ax, s["size_bytes"], s["value"], s["low"], s["high"], label, kind)
+            plot_summary(ax, s["size_bytes"], s, label, kind)
         sizes = list(both["size_bytes"])
         lat = ref[(ref["quantity"] == "latency_us") & (ref["nodes"] == at)]
         lat = _for_system(lat, system)

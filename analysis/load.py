@@ -114,6 +114,18 @@ POINT_DEFAULTS: dict[str, object] = {
     "timed_loop": None,
     "reference_time_us": math.nan,
     "inplace": None,
+    # intervals (analysis.intervals) and where the bytes went (analysis.tiers): absent in
+    # records written before them
+    "iter_time_us": None,
+    "ci_median_us": math.nan,
+    "ci_low_us": math.nan,
+    "ci_high_us": math.nan,
+    "ci_samples": math.nan,
+    "ci_launches": math.nan,
+    "ci_level": math.nan,
+    "ci_method": None,
+    "launch": None,
+    "tiers": None,
 }
 POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")
@@ -292,7 +304,7 @@ def normalise_points(records: list[dict]) -> pd.DataFrame:
     df["modelled"] = df["modelled"].fillna(False).astype(bool)
     for col in ("size_bytes", *POINT_TIMES, "time_us_p50", "time_us_p99", "algbw_GBps"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in ("busbw_GBps", "busbw_factor"):
+    for col in ("busbw_GBps", "busbw_factor", "ci_median_us", "ci_low_us", "ci_high_us"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df["metric_bytes"] = pd.to_numeric(df["metric_bytes"], errors="coerce").fillna(df["size_bytes"])
     df["system"] = df["system"].fillna("unknown").astype(str)

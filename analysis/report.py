@@ -56,7 +56,8 @@ summary { cursor: pointer; margin: .8em 0; font-size: 1.1em; }
 {{ npoints }} measured/modelled point record(s) ({{ kinds }}) and {{ nschedules }} schedule
 record(s). Curves are labelled <b>measured</b> (solid) or <b>modelled</b> (dashed); grey
 "paper:" marks are the published numbers, never our measurements. Bands show the spread
-(min–max over ranks and repetitions).</p>
+(min–max over ranks and repetitions); error bars the 95% interval of the median
+per-iteration time of the slowest rank (bootstrap over launches and iterations).</p>
 {% if notes %}<div class="note">{% for n in notes %}<p>{{ n }}</p>{% endfor %}</div>{% endif %}
 <h2>{{ scorecard.title }}</h2>
 <p>{{ scorecard.text }}</p>
@@ -119,6 +120,40 @@ def _size_column(table: pd.DataFrame) -> pd.Series:
     return table["size_bytes"].map(binary_label)
 
 
+def _interval_text(low: float, high: float, digits: int = 2, unit: str = "") -> str:
+    ok = all(isinstance(v, float) and math.isfinite(v) for v in (low, high))
+    return f"[{low:.{digits}f}, {high:.{digits}f}]{unit}" if ok else "n/a"
+
+
+def _ci_column(table: pd.DataFrame, low: str, high: str, digits: int = 2, unit: str = "") -> list:
+    return [
+        _interval_text(float(lo), float(hi), digits, unit)
+        for lo, hi in zip(table[low], table[high], strict=True)
+    ]
+
+
+def _tier_columns(table: pd.DataFrame) -> dict[str, list[str]]:
+    """Where the bytes went (analysis.tiers): busiest NIC's and scale-up port's rate with
+    its fraction of the profile's, and time over the lower bound."""
+
+    def rate(value, frac) -> str:
+        if not (isinstance(value, float) and math.isfinite(value)):
+            return ""
+        text = _fmt_num(value)
+        return text + (f" ({frac:.0%})" if isinstance(frac, float) and math.isfinite(frac) else "")
+
+    return {
+        "busiest NIC (GB/s, % line)": [
+            rate(v, f) for v, f in zip(table["nic_GBps"], table["nic_fraction"], strict=True)
+        ],
+        "busiest scale-up (GB/s, % line)": [
+            rate(v, f)
+            for v, f in zip(table["scaleup_GBps"], table["scaleup_fraction"], strict=True)
+        ],
+        "time / lower bound": table["time_over_lb"].map(lambda v: _fmt_num(v)).tolist(),
+    }
+
+
 def _spread_column(table: pd.DataFrame, name: str) -> list[str]:
     """``name`` with its ``name_low``-``name_high`` spread, as speed-ups."""
     cols = (table[name], table[f"{name}_low"], table[f"{name}_high"])
@@ -139,9 +174,12 @@ def present_best(table: pd.DataFrame) -> pd.DataFrame:
             "size": _size_column(table),
             "best": table["best"],
             "time (µs)": table["time_us"].map(_fmt_num),
+            "95% CI (µs)": _ci_column(table, "time_ci_low", "time_ci_high", 1),
             "busbw (GB/s)": table["busbw_GBps"].map(_fmt_num),
             "runner-up": table["runner_up"].fillna(""),
             "lead (spread)": _spread_column(table, "lead"),
+            "lead 95% CI": _ci_column(table, "lead_ci_low", "lead_ci_high", 2, "×"),
+            **_tier_columns(table),
         }
     )
 
@@ -159,6 +197,8 @@ def present_speedups(table: pd.DataFrame) -> pd.DataFrame:
             "impl": table["impl"],
             "over": table["baseline"],
             "speed-up (spread)": _spread_column(table, "speedup"),
+            "95% CI": _ci_column(table, "speedup_ci_low", "speedup_ci_high", 2, "×"),
+            **_tier_columns(table),
         }
     )
 
@@ -316,14 +356,21 @@ def _sections(points, ref, rates) -> list[dict]:
         {
             "title": "Best implementation per size and system",
             "text": "Fastest implementation at each point (median chosen time over repetitions); "
-            "lead = its speed-up over the runner-up, with the spread over repetitions and ranks.",
+            "lead = its speed-up over the runner-up, with the spread over repetitions and ranks "
+            "and the 95% interval of the ratio of the median per-iteration times (bootstrap "
+            "over launches and iterations; n/a where a side has fewer than two samples). "
+            "Busiest NIC / scale-up: the most loaded link of each tier (bytes per call over "
+            "the time) and its share of the profile's rate; time / lower bound: what no "
+            "algorithm beats on that fabric.",
             "table": present_best(best_table(points)),
             "empty": "no result points",
         },
         {
             "title": "Speed-ups over the baseline",
             "text": "Baseline: NCCL, else RCCL, else MPI for all-reduce; fan-out for all-to-all(v). "
-            "Spread: min–max of the per-rank and per-repetition ratios.",
+            "Spread: min–max of the per-rank and per-repetition ratios. 95% CI: the bootstrap "
+            "interval of the ratio of the two median per-iteration times; a speed-up holds at "
+            "95% when the whole interval is above 1. Tier columns are the implementation's.",
             "table": present_speedups(speedup_table(points)),
             "empty": "no point has both a baseline and another implementation",
         },
@@ -447,7 +494,7 @@ def write_report(
         f"Generated {common['generated']} from {len(files)} result file(s): "
         f"{len(points)} point record(s) ({common['kinds']}), {len(schedules)} schedule record(s). "
         'Measured curves are solid, modelled dashed; "paper:" marks are published numbers, '
-        "not ours; bands are min–max over ranks and repetitions.",
+        "not ours; bands are min–max over ranks and repetitions, error bars 95% intervals.",
         "",
     ]
     lines += [f"> {n}" for n in notes] + ([""] if notes else [])

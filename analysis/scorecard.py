@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.load import REFERENCE_DIR
+from commbench.analysis.tables import speedup_interval
 from commbench.kernels.registry import GPU_BACKENDS
 
 MODEL_VALIDATION = REFERENCE_DIR / "model-validation.md"
@@ -95,8 +96,34 @@ def _verdict(values: Sequence[float], low: float, high: float) -> str:
     return "below the band" if max(values) < low else "above the band"
 
 
+def _holds(lo: float, hi: float, low: float, high: float) -> str:
+    """A point's speed-up interval against the paper's band."""
+    if low <= lo and hi <= high:
+        return "holds"
+    if hi < low or lo > high:
+        return "does not hold"
+    return "cannot tell"
+
+
+def _at_95(judged: Sequence[str], with_interval: int) -> str:
+    """``holds at 95 %`` / ``does not hold at 95 %`` / ``cannot tell at 95 %``, with the
+    counts when the points disagree."""
+    if not with_interval:
+        return "cannot tell at 95 % (no intervals)"
+    if len(set(judged)) == 1:
+        return f"{judged[0]} at 95 %"
+    counts = {w: judged.count(w) for w in ("holds", "does not hold", "cannot tell")}
+    return "at 95 %: " + ", ".join(f"{n} {w}" for w, n in counts.items() if n)
+
+
 def speedup_rows(points: pd.DataFrame, claim: SpeedupClaim) -> list[dict]:
-    """One row per evidence group (kind, system, layout, backend) with the claim's data."""
+    """One row per evidence group (kind, system, layout, backend) with the claim's data.
+
+    Per point: the speed-up over the fastest baseline (median times) and its 95 % interval
+    (:func:`commbench.analysis.tables.speedup_interval`). ``verdict``: how the medians sit in
+    the paper's band, then whether the claim **holds** at 95 % (every interval inside the
+    band), **does not hold** (every interval outside it) or **cannot tell** (an interval
+    across an edge, or no interval: records without per-iteration samples)."""
     sel = points[(points["collective"] == claim.collective)]
     sel = sel[sel["size_bytes"].between(*claim.sizes)]
     if claim.systems:
@@ -108,20 +135,34 @@ def speedup_rows(points: pd.DataFrame, claim: SpeedupClaim) -> list[dict]:
     rows = []
     group_by = ["kind", "system", "nodes", "gpus_per_node", "backend"]
     for _, part in sel.groupby(group_by, dropna=False, sort=True):
-        ratios = []
+        ratios, lows, highs, judged = [], [], [], []
         for _, point in part.groupby(["workload_key", "size_bytes", "dtype"], dropna=False):
             times = point.groupby("impl")["time_us"].median()
-            base = [times[b] for b in claim.baselines if b in times and times[b] > 0]
+            base = [b for b in claim.baselines if b in times and times[b] > 0]
             if claim.impl in times and base and times[claim.impl] > 0:
-                ratios.append(float(min(base) / times[claim.impl]))
+                best = min(base, key=lambda b: times[b])
+                ratios.append(float(times[best] / times[claim.impl]))
+                ci = speedup_interval(
+                    point[point["impl"] == best], point[point["impl"] == claim.impl]
+                )
+                if ci.known:
+                    lows.append(ci.low)
+                    highs.append(ci.high)
+                    judged.append(_holds(ci.low, ci.high, claim.low, claim.high))
+                else:
+                    judged.append("cannot tell")
         if ratios:
+            ours = f"{_span(ratios)} ({len(ratios)} points)"
+            if lows:
+                ours += f"; 95% CI {min(lows):.2f}–{max(highs):.2f}×"
             rows.append(
                 {
                     "claim": claim.claim,
                     "paper": f"{claim.low:g}–{claim.high:g}×",
-                    "ours": f"{_span(ratios)} ({len(ratios)} points)",
+                    "ours": ours,
                     "evidence": evidence(part.iloc[0]),
-                    "verdict": _verdict(ratios, claim.low, claim.high),
+                    "verdict": f"{_verdict(ratios, claim.low, claim.high)}; "
+                    f"{_at_95(judged, len(lows))}",
                 }
             )
     return rows

@@ -149,14 +149,32 @@ def plot_series(
     high: Sequence[float] | None,
     name: str,
     kind: str,
+    ci_low: Sequence[float] | None = None,
+    ci_high: Sequence[float] | None = None,
 ) -> None:
-    """One implementation's curve with its min–max band, labelled ``name (kind)``."""
+    """One implementation's curve with its min–max band, labelled ``name (kind)``, and
+    the 95 % interval of each point as an error bar (``ci_low``/``ci_high``; points
+    without one get none)."""
     style = series_style(name, kind)
     ax.plot(x, y, label=f"{name} ({kind})", markersize=4, linewidth=1.4, **style)
     if low is not None and high is not None:
         lo, hi = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
         if np.any(np.isfinite(lo) & np.isfinite(hi) & (hi > lo)):
             ax.fill_between(x, lo, hi, color=style["color"], alpha=0.18, linewidth=0)
+    if ci_low is not None and ci_high is not None:
+        clo, chi = np.asarray(ci_low, dtype=float), np.asarray(ci_high, dtype=float)
+        xs = np.asarray(x, dtype=float)
+        ok = np.isfinite(clo) & np.isfinite(chi) & (chi > clo)
+        if ok.any():  # drawn from lo to hi, wherever the curve's value lies
+            mid = (clo[ok] + chi[ok]) / 2
+            ax.errorbar(xs[ok], mid, yerr=(chi[ok] - clo[ok]) / 2, fmt="none",
+                        ecolor=style["color"], elinewidth=1.0, capsize=2.5, alpha=0.9)  # fmt: skip
+
+
+def plot_summary(ax: Axes, x: Sequence[float], s, name: str, kind: str) -> None:
+    """:func:`plot_series` of a :func:`commbench.analysis.tables.summarise` frame ``s``:
+    its value, spread and 95 % interval at ``x``."""
+    plot_series(ax, x, s["value"], s["low"], s["high"], name, kind, s["ci_low"], s["ci_high"])
 
 
 def reference_label(text: str, source: str) -> str:

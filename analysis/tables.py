@@ -13,7 +13,12 @@ Spread conventions (stated once, used by every figure and table):
   give at those two times;
 - speed-up of A over B: median time of B over median time of A; spread = min–max over
   every pair of repetitions of the per-rank ratios (rank i of B over rank i of A) and the
-  whole-call ratios.
+  whole-call ratios;
+- interval (``ci_low``/``ci_high``, ``speedup_ci_low``/``speedup_ci_high``): the 95 %
+  bootstrap interval of the median per-iteration time of the slowest rank over the group's
+  records (launches) and their iterations (:mod:`commbench.analysis.intervals`), in the
+  metric's unit; for a speed-up, of the ratio of the two medians. The spread says how far
+  ranks and repetitions scatter; the interval, how well the median is known.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from commbench.analysis import tiers as tiers_mod
+from commbench.analysis.intervals import Ratio, ratio_interval, records_interval
 
 # One comparison group: everything but the implementation (and repetition).
 GROUP = [
@@ -96,8 +104,35 @@ def _bytes_over_time(nbytes: pd.Series, time_us: pd.Series) -> pd.Series:
     return nbytes / (time_us * 1e3)
 
 
+#: the columns an interval is computed from
+_CI_COLUMNS = ("iter_time_us", "time_us", "time_us_max", "time_us_avg", "modelled", "backend")
+
+
+def interval_records(df: pd.DataFrame) -> list[dict]:
+    """The rows of ``df`` as the records :mod:`commbench.analysis.intervals` reads."""
+    cols = [c for c in _CI_COLUMNS if c in df.columns]
+    return df[cols].to_dict("records")
+
+
+def _ci_bounds(part: pd.DataFrame, metric: str) -> tuple[float, float]:
+    """The group's interval of ``metric`` (see the module docstring), NaN without one."""
+    ci = records_interval(interval_records(part))
+    if not ci.known:
+        return math.nan, math.nan
+    if metric in ("time", "latency_max"):
+        return ci.low, ci.high
+    if metric == "mean_algbw":
+        nbytes, scale = float(part["size_bytes"].median()), 1.0
+    else:
+        nbytes = float(part["metric_bytes"].median())
+        factor = part["busbw_factor"].median()
+        scale = float(factor) if metric == "busbw" and math.isfinite(factor) else 1.0
+    return nbytes / (ci.high * 1e3) * scale, nbytes / (ci.low * 1e3) * scale
+
+
 def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd.DataFrame:
-    """Per ``keys`` group: ``value`` (median), ``low``/``high`` (spread) and ``n`` records.
+    """Per ``keys`` group: ``value`` (median), ``low``/``high`` (spread), ``ci_low``/
+    ``ci_high`` (95 % interval, NaN where the records have none) and ``n`` records.
 
     ``metric``: ``time`` (the chosen per-call time), ``latency_max`` (max over ranks, as the
     NVRAR paper reports), ``algbw`` or ``busbw`` (GB/s), ``mean_algbw`` (GB/s: the mean
@@ -108,7 +143,7 @@ def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd
         raise ValueError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     keys = list(keys)
     if df.empty:
-        return pd.DataFrame(columns=[*keys, "value", "low", "high", "n"])
+        return pd.DataFrame(columns=[*keys, "value", "low", "high", "n", "ci_low", "ci_high"])
     work = df.copy()
     if metric in ("time", "latency_max"):
         work["_v"] = work["time_us"] if metric == "time" else work["time_us_max"]
@@ -134,6 +169,9 @@ def summarise(df: pd.DataFrame, keys: Sequence[str], metric: str = "time") -> pd
         work["_hi"] = _bytes_over_time(work["metric_bytes"], fast) * scale
     g = work.groupby(keys, dropna=False, sort=True)
     out = g.agg(value=("_v", "median"), low=("_lo", "min"), high=("_hi", "max"), n=("_v", "size"))
+    bounds = [_ci_bounds(part, metric) for _, part in g]
+    out["ci_low"] = [b[0] for b in bounds]
+    out["ci_high"] = [b[1] for b in bounds]
     out = out.reset_index()
     # The band always contains the line (one repetition's chosen time lies in [min, max]).
     out["low"] = np.fmin(out["low"], out["value"])
@@ -157,6 +195,53 @@ def speedup(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[float, float, float
                 ok = (b > 0) & np.isfinite(a) & np.isfinite(b)
                 samples.extend((a[ok] / b[ok]).tolist())
     return (value, float(min(samples)), float(max(samples)))
+
+
+def speedup_interval(base: pd.DataFrame, cand: pd.DataFrame) -> Ratio:
+    """Speed-up of ``cand`` over ``base`` (base's median time over cand's) with its 95 %
+    interval: :func:`~commbench.analysis.intervals.ratio_interval`, NaN bounds where a
+    side has none."""
+    r = ratio_interval(interval_records(cand), interval_records(base))
+    return Ratio(r.value, r.low, r.high)
+
+
+#: where-the-bytes-went columns of the comparison tables (medians over a group's records)
+TIER_KEYS = ("nic_GBps", "nic_fraction", "scaleup_GBps", "scaleup_fraction", "time_over_lb")
+
+
+def tier_summary(part: pd.DataFrame) -> dict[str, float]:
+    """Median of each :data:`TIER_KEYS` over the records' ``tiers`` (computed here for an
+    all-reduce or all-to-all record written without them; NaN where unknown)."""
+    found: dict[str, list[float]] = {k: [] for k in TIER_KEYS}
+    cols = [c for c in ("tiers", *tiers_mod.RECORD_KEYS) if c in part.columns]
+    for rec in part[cols].to_dict("records"):
+        t = rec.get("tiers")
+        if not isinstance(t, Mapping):
+            t = (
+                tiers_mod.record_tiers(_plain(rec))
+                if rec.get("collective") != "alltoallv"
+                else None
+            )
+        for k in TIER_KEYS:
+            v = t.get(k) if isinstance(t, Mapping) else None
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                found[k].append(float(v))
+    return {k: float(np.median(v)) if v else math.nan for k, v in found.items()}
+
+
+def _plain(rec: dict) -> dict:
+    """A DataFrame row as a record: pandas' missing values as None, numpy ints as int."""
+    out = {}
+    for k, v in rec.items():
+        if isinstance(v, (list, dict, str)) or v is None:
+            out[k] = v
+        elif pd.isna(v):
+            out[k] = None
+        elif isinstance(v, (np.integer, int)) and not isinstance(v, bool):
+            out[k] = int(v)
+        else:
+            out[k] = v
+    return out
 
 
 def pick_baseline(collective: str, series: Iterable[str]) -> str | None:
@@ -197,7 +282,9 @@ def speedup_table(
         for name in series:
             if name == base:
                 continue
-            value, low, high = speedup(base_rows, group[group["series"] == name])
+            cand = group[group["series"] == name]
+            value, low, high = speedup(base_rows, cand)
+            ci = speedup_interval(base_rows, cand)
             rows.append(
                 {
                     **info,
@@ -206,9 +293,14 @@ def speedup_table(
                     "speedup": value,
                     "speedup_low": low,
                     "speedup_high": high,
+                    "speedup_ci": ci.value,
+                    "speedup_ci_low": ci.low,
+                    "speedup_ci_high": ci.high,
+                    **tier_summary(cand),
                 }
             )
-    cols = [*GROUP, "impl", "baseline", "speedup", "speedup_low", "speedup_high"]
+    cols = [*GROUP, "impl", "baseline", "speedup", "speedup_low", "speedup_high", "speedup_ci",
+            "speedup_ci_low", "speedup_ci_high", *TIER_KEYS]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -223,32 +315,46 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
         best = str(times.index[0])
         best_rows = group[group["series"] == best]
         bw = summarise(best_rows, ["series"], "busbw").iloc[0]
+        ci = records_interval(interval_records(best_rows))
         row = {
             **info,
             "best": best,
             "time_us": float(times.iloc[0]),
+            "time_ci_low": ci.low if ci.known else math.nan,
+            "time_ci_high": ci.high if ci.known else math.nan,
             "busbw_GBps": float(bw["value"]),
             "runner_up": None,
             "lead": math.nan,
             "lead_low": math.nan,
             "lead_high": math.nan,
+            "lead_ci_low": math.nan,
+            "lead_ci_high": math.nan,
             "n_impls": int(times.size),
+            **tier_summary(best_rows),
         }
         if times.size > 1:
             second = str(times.index[1])
-            value, low, high = speedup(group[group["series"] == second], best_rows)
-            row.update(runner_up=second, lead=value, lead_low=low, lead_high=high)
+            second_rows = group[group["series"] == second]
+            value, low, high = speedup(second_rows, best_rows)
+            lead = speedup_interval(second_rows, best_rows)
+            row.update(runner_up=second, lead=value, lead_low=low, lead_high=high,
+                       lead_ci_low=lead.low, lead_ci_high=lead.high)  # fmt: skip
         rows.append(row)
     cols = [
         *GROUP,
         "best",
         "time_us",
+        "time_ci_low",
+        "time_ci_high",
         "busbw_GBps",
         "runner_up",
         "lead",
         "lead_low",
         "lead_high",
+        "lead_ci_low",
+        "lead_ci_high",
         "n_impls",
+        *TIER_KEYS,
     ]
     return pd.DataFrame(rows, columns=cols)
 

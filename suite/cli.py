@@ -20,6 +20,7 @@ SUBCOMMANDS = [
     "commbench.sweep.cli",
     "commbench.report.cli",
     "commbench.model.cli",
+    "commbench.compare.cli",
     "commbench.cluster.cli",
 ]
 

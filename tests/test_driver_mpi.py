@@ -95,12 +95,25 @@ def test_fanout_done_when_command_and_record_schema(driver_runs):
     raw = [json.loads(x) for x in (tmp / "F.raw.jsonl").read_text().splitlines()]
     assert len(raw) == 11 and len(raw[0]["rank_time_us"]) == 8
     assert "Avg bus bandwidth" in stdout and "#wrong" in stdout
+    # every point's interval: 20 per-iteration times of the slowest rank, their median's
+    # 95% interval (printed), and where the bytes went over the direct routes
+    assert (df.ci_samples == 20).all() and (df.ci_method == "bootstrap").all()
+    assert (df.ci_low_us <= df.ci_median_us).all() and (df.ci_median_us <= df.ci_high_us).all()
+    assert df.iter_time_us.map(len).eq(20).all()
+    # the slowest rank's per-call times add up to its time (-a 3) over the 20 calls
+    assert df.iter_time_us.map(sum).div(20).to_numpy() == pytest.approx(df.time_us, rel=0.02)
+    assert "95% CI" in stdout and f"[{row.ci_low_us:.2f}, {row.ci_high_us:.2f}]" in stdout
+    tiers = df.tiers.iloc[-1]
+    assert tiers["routing"] == "direct" and tiers["nic_bytes"] > 0 and tiers["nic_GBps"] > 0
 
 
 def test_latency_mode_keeps_samples(driver_runs):
     driver_runs.stdout("latency")
     raw = json.loads((driver_runs.tmp / "latency.raw.jsonl").read_text())
     assert len(raw["samples_us"]) == 8 and len(raw["samples_us"][0]) == 7
+    rec = records(driver_runs.tmp / "latency.jsonl").iloc[0]
+    slowest = [max(rank[i] for rank in raw["samples_us"]) for i in range(7)]
+    assert rec.ci_samples == 7 and rec.iter_time_us == pytest.approx(slowest, abs=1e-3)
 
 
 def test_resume_skips_finished_points(driver_runs):

@@ -25,6 +25,7 @@ PARTS = (
     "commbench.harness",
     "commbench.jobs",
     "commbench.model",
+    "commbench.compare",
     "commbench.sweep",
     "commbench.gpucheck",
     "commbench.benchmarks",

@@ -42,7 +42,7 @@ def test_native_calls_move_what_mpi4py_moves():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["checks"] == {
         "allreduce-float32": True, "allreduce-bfloat16": True, "alltoallv": True,
-        "alltoall": True, "persistent": True, "rounds": True,
+        "alltoall": True, "persistent": True, "rounds": True, "ticks": True,
     }  # fmt: skip
     assert report["latency_samples"] == 3
 

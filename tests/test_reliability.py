@@ -98,13 +98,15 @@ def test_time_reduction_is_part_of_the_resume_key():
 
 
 @pytest.fixture
-def tiny_disk(tmp_path):
-    """A 40 KiB tmpfs, unmounted even when the test fails (needs root, as CI has)."""
+def tiny_disk(tmp_path, request):
+    """A 40 KiB tmpfs (or the size a test gives with ``indirect`` parametrisation),
+    unmounted even when the test fails (needs root, as CI has)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
+    size = getattr(request, "param", "40k")
     where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
     where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(where)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")

@@ -65,8 +65,11 @@ def test_resume_sets_a_cut_off_line_aside_and_appends_whole_records(tmp_path):
     assert out.read_text().endswith("\n")
 
 
+# 12 records with their intervals and tiers (~3 KB each) and their raw lines fit in 64 KiB,
+# not beside the filler
+@pytest.mark.parametrize("tiny_disk", ["64k"], indirect=True)
 def test_disk_full_stops_with_the_file_named_and_resume_completes(tmp_path, tiny_disk):  # noqa: F811
-    (tiny_disk / "filler").write_bytes(b"\0" * 16384)
+    (tiny_disk / "filler").write_bytes(b"\0" * 40960)
     out = tiny_disk / "r.jsonl"
     args = ["allreduce", "--impl", "mpi", "-b", "4", "-e", "48", "-i", "4", "-n", "1", "-w", "0",
             "--out", str(out)]  # fmt: skip

@@ -97,10 +97,12 @@ static int call_once(const cb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op
   return MPI_ERR_ARG;
 }
 
-/* Time `iters` calls after `warmup` untimed ones. CB_PIPELINED: out[0] = mean us per call;
- * CB_LATENCY: out[i] = call i's us. `progress` (may be NULL) counts finished calls, so a
- * watchdog thread can tell a slow loop from a hung one. Returns an MPI error code. */
-int cb_time(const cb_call *c, int iters, int warmup, int mode, double *out,
+/* Time `iters` calls after `warmup` untimed ones. CB_PIPELINED: out[k] = us from the start
+ * to the end of call (k + 1) * every - 1 (and of the last call): ticks, ceil(iters / every)
+ * of them, so a run's per-iteration spread is known at the cost of one clock read per
+ * `every` calls; CB_LATENCY: out[i] = call i's us. `progress` (may be NULL) counts finished
+ * calls, so a watchdog thread can tell a slow loop from a hung one. Returns an MPI error. */
+int cb_time(const cb_call *c, int iters, int warmup, int mode, int every, double *out,
             volatile int64_t *progress) {
   MPI_Comm comm = MPI_Comm_f2c(c->comm);
   MPI_Datatype dt = c->dtype ? MPI_Type_f2c(c->dtype) : MPI_BYTE;
@@ -116,13 +118,14 @@ int cb_time(const cb_call *c, int iters, int warmup, int mode, double *out,
   int err = MPI_SUCCESS;
   for (int i = 0; i < warmup && !err; i++) err = call_once(c, comm, dt, op, scratch);
   if (!err && mode == CB_PIPELINED) {
+    if (every < 1) every = 1;
     err = MPI_Barrier(comm);
     double t0 = MPI_Wtime();
     for (int i = 0; i < iters && !err; i++) {
       err = call_once(c, comm, dt, op, scratch);
+      if ((i + 1) % every == 0 || i + 1 == iters) out[i / every] = (MPI_Wtime() - t0) * 1e6;
       if (progress) *progress = i + 1;
     }
-    out[0] = (MPI_Wtime() - t0) / iters * 1e6;
   } else if (!err) {
     for (int i = 0; i < iters && !err; i++) {
       err = MPI_Barrier(comm);
@@ -218,10 +221,10 @@ int main(int argc, char **argv) {
     c.send = buffer(sbytes, 1);
     c.recv = buffer(rbytes, 0);
     if (!c.send || !c.recv) MPI_Abort(MPI_COMM_WORLD, 4);
-    int err = cb_time(&c, iters, warmup, mode, out, NULL);
+    int err = cb_time(&c, iters, warmup, mode, iters, out, NULL);
     if (err) MPI_Abort(MPI_COMM_WORLD, 3);
     double mine = 0;
-    if (mode == CB_PIPELINED) mine = out[0];
+    if (mode == CB_PIPELINED) mine = out[0] / iters;
     else {
       for (int i = 0; i < iters; i++) mine += out[i];
       mine /= iters;

@@ -141,7 +141,7 @@ def measure(collective: str, impl: str, gpus_per_node: int) -> dict:
     python_us, c_us = [], []
     for _ in range(ROUNDS):  # interleaved
         python_us.append(sweep._measure(0, workload, SIZE[collective], unit)["time_us"])
-        c_us.append(float(native.time_call(replay, ITERS, "pipelined", warmup=WARMUP)[0]))
+        c_us.append(native.time_call(replay, ITERS, "pipelined", warmup=WARMUP).per_call_us)
     sweep.transport.close()
     return {
         "python_us": float(np.median(python_us)),

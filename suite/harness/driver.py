@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench import __version__
-from commbench.analysis import records
+from commbench.analysis import intervals, records, tiers
 from commbench.cluster.netns import current_fabric
 from commbench.errors import UsageError
 from commbench.harness import collectives, metrics, results
 from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
+from commbench.harness.iterclock import IterationClock, slowest_rank_samples
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels.dtypes import dtype_name
@@ -97,6 +98,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(OSU/nccl-tests style) and record it beside commbench's time",
     )
     p.add_argument("--out", default=None, help="append JSONL records here")
+    p.add_argument(
+        "--launch",
+        type=int,
+        default=None,
+        metavar="I",
+        help="this run is launch I of a repeated sweep (kept in the records; "
+        "`commbench sweep --repeat` sets it)",
+    )
+    p.add_argument(
+        "--tiers",
+        action="store_true",
+        help="also print where the bytes went: busiest NIC and scale-up port, their rates",
+    )
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument(
         "--system",
@@ -143,6 +157,8 @@ class Config:
     system: str = "local"
     watchdog_s: float = 300.0
     reference: str | None = None
+    launch: int | None = None
+    tiers: bool = False
 
 
 def parse_params(items: list[str]) -> dict:
@@ -232,6 +248,8 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"--workload applies to alltoallv, not {coll}")
     else:
         workloads = [None]
+    if args.launch is not None and args.launch < 1:
+        raise UsageError(f"--launch {args.launch}: launches are numbered from 1")
     if args.resume and not args.out:
         raise UsageError("--resume needs --out FILE (the records to resume from)")
     if args.out:
@@ -265,6 +283,8 @@ def make_config(args: argparse.Namespace) -> Config:
         system=args.system,
         watchdog_s=args.watchdog,
         reference=args.reference,
+        launch=args.launch,
+        tiers=args.tiers,
     )
 
 
@@ -347,6 +367,43 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+TIERS_NOTE = (
+    "tiers: busiest NIC and scale-up port (bytes per call, MB = 1e6), their rate and % of the "
+    "profile's, time / lower bound"
+)
+#: (header, unit, width) of the --tiers columns
+TIER_COLUMNS = (
+    ("NIC", "(MB)", 9),
+    ("NIC", "(GB/s)", 8),
+    ("NIC", "%line", 6),
+    ("scaleup", "(MB)", 9),
+    ("scaleup", "(GB/s)", 8),
+    ("scaleup", "%line", 6),
+    ("t/lb", "", 7),
+)
+
+
+def tier_cells(t: dict | None) -> str:
+    """The --tiers cells of one record (blank where unknown)."""
+    if not isinstance(t, dict):
+        return "".join(f" {'-':>{w}s}" for _, _, w in TIER_COLUMNS)
+
+    def num(key: str, scale: float, fmt: str) -> str:
+        v = t.get(key)
+        return format(v * scale, fmt) if isinstance(v, (int, float)) else "-"
+
+    cells = (
+        num("nic_bytes", 1e-6, ".3f"),
+        num("nic_GBps", 1, ".3f"),
+        num("nic_fraction", 100, ".1f"),
+        num("scaleup_bytes", 1e-6, ".3f"),
+        num("scaleup_GBps", 1, ".3f"),
+        num("scaleup_fraction", 100, ".1f"),
+        num("time_over_lb", 1, ".2f"),
+    )
+    return "".join(f" {c:>{w}s}" for c, (_, _, w) in zip(cells, TIER_COLUMNS, strict=True))
+
+
 class Sweep:
     """One invocation: topology, transport, implementation, then every point."""
 
@@ -367,6 +424,7 @@ class Sweep:
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
+        self._traffic = None  # rank 0: the point's traffic matrix (where the bytes went)
         watchdog.phase("sharing the run id and device list")
         self.run_id = self.topo.world.bcast(results.new_run_id() if self.is_root else None)
         info = self.transport.describe()
@@ -417,6 +475,7 @@ class Sweep:
             "emulated_fabric": current_fabric(),
             "mpi_thread_level": _mpi_thread_level(),
             **({"root": cfg.root} if cfg.collective in collectives.ROOTED else {}),
+            "launch": cfg.launch,
         }
 
     def _impl_env(self) -> dict:
@@ -542,6 +601,7 @@ class Sweep:
         wd.phase(f"{what}: building the buffers")
         point = self._build(workload, size, unit, inplace)
         case = point.case
+        self._traffic = getattr(case, "traffic", None) if self.is_root else None
         collectives.fill(t, point, rep=index)
         wd.phase(f"{what}: setup")
         impl.setup(case)
@@ -551,24 +611,31 @@ class Sweep:
         samples = None
         native_call = impl.native_call(case) if hasattr(impl, "native_call") else None
         if native_call is not None and not cfg.graph_iters:
-            per_call_us, host_us, samples = self._time_native(native_call, what)
+            timing = self._time_native(native_call, what)
+            per_call_us, samples, progress = timing
+            host_us = per_call_us  # the host issues the call and waits for it: one span
         elif cfg.timing == "pipelined":
             runner = self._graph(case) if cfg.graph_iters else None
             calls = cfg.iters if runner is None else -(-cfg.iters // cfg.graph_iters)
+            clock = IterationClock(t, calls, cfg.graph_iters or 1)
             wd.phase(f"{what}: barrier before the timed calls")
             t.barrier()
             t0 = t.now()
+            clock.start()
             if runner is None:
                 for _ in wd.counting(f"{what}: timed calls", calls):
                     impl.run(case)
+                    clock.tick()
             else:
                 for _ in wd.counting(f"{what}: timed graph launches", calls):
                     runner()
+                    clock.tick()
             issued = t.now()
             t.synchronize()
             elapsed = t.now() - t0
             per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
             host_us = (issued - t0) / (calls * (cfg.graph_iters or 1)) * 1e6
+            progress = clock.progress()
         else:
             samples = np.empty(cfg.iters)
             issuing = 0.0
@@ -582,6 +649,7 @@ class Sweep:
                 issuing += issued - t0
             per_call_us = float(samples.mean())
             host_us = issuing / cfg.iters * 1e6
+            progress = None
         reference_us = self._time_reference(case, what) if cfg.reference else None
         # One call started together after a barrier: when did this rank finish?
         wd.phase(f"{what}: the finish-time call")
@@ -604,6 +672,7 @@ class Sweep:
             "reference_us": reference_us,
             "timed_loop": "python" if native_call is None else "native",
             "samples": samples,
+            "progress": progress,
             "finish_us": finish_us,
             "nwrong": nwrong,
             "count": point.count,
@@ -611,10 +680,10 @@ class Sweep:
             "info": info,
         }
 
-    def _time_native(self, call, what: str) -> tuple[float, float, np.ndarray | None]:
-        """The timed calls with the loop in C (:mod:`commbench.kernels.native`): (us per
-        call, host us per call, per-call samples in latency mode). The loop's counter is
-        the watchdog's progress."""
+    def _time_native(self, call, what: str):
+        """The timed calls with the loop in C (:mod:`commbench.kernels.native`): its
+        :class:`~commbench.kernels.native.Timing`. The loop's counter is the watchdog's
+        progress."""
         from commbench.kernels import native
 
         cfg = self.cfg
@@ -624,9 +693,7 @@ class Sweep:
             f"{what}: timed calls (native loop)", _NativeProgress(progress, cfg.iters)
         )
         # warmed up in C too, as the C reference is (the Python warm-up ran mpi4py's call)
-        out = native.time_call(call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress)
-        per_call_us = float(out.mean())
-        return per_call_us, per_call_us, (out if cfg.timing == "latency" else None)
+        return native.time_call(call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress)
 
     def _time_reference(self, case, what: str) -> float:
         """The MPI library's own collective on the same buffers, timed from C the same way."""
@@ -639,8 +706,9 @@ class Sweep:
         self.watchdog.phase(
             f"{what}: the C reference's calls", _NativeProgress(progress, cfg.iters)
         )
-        out = native.time_call(call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress)
-        return float(out.mean())
+        return native.time_call(
+            call, cfg.iters, cfg.timing, warmup=cfg.warmup, progress=progress
+        ).per_call_us
 
     def _graph(self, case):
         """Capture ``graph_iters`` calls in one CUDA/HIP graph; return its launcher."""
@@ -704,6 +772,17 @@ class Sweep:
             harness_overhead_us=overhead_us,
             info=gathered[0]["info"],
         )
+        # the interval: per iteration, the slowest rank's time (analysis.intervals)
+        if samples is not None:  # calls between barriers: each call's slowest rank
+            slowest = samples.max(axis=0)
+        else:
+            since = [g["progress"][0] for g in gathered]
+            slowest = slowest_rank_samples(since, gathered[0]["progress"][1])
+        rec.update(intervals.interval_fields(slowest))
+        sched = getattr(self.impl, "schedule", None)  # FAST's: the routes its bytes took
+        rec["tiers"] = tiers.record_tiers(
+            rec, self._traffic, sched.transfers() if hasattr(sched, "transfers") else None
+        )
         raw = {
             "run_id": self.run_id,
             "point": index,
@@ -713,6 +792,7 @@ class Sweep:
             "timing_mode": cfg.timing,
             "rank_time_us": times.tolist(),
             "samples_us": samples.tolist() if samples is not None else None,
+            "launch": cfg.launch,
         }
         return rec, raw
 
@@ -747,13 +827,20 @@ class Sweep:
             else "algbw = size / time"
         )
         print(f"#  {metric}; busbw = algbw x {metrics.busbw_factor(cfg.collective, topo.size):.4f}")
+        print(
+            "#  95% CI: bootstrap interval of the median per-iteration time of the slowest "
+            "rank; n: its samples"
+        )
+        if cfg.tiers:
+            print(f"#  {TIERS_NOTE}")
         if cfg.reference:
             print("#  C ref = the MPI library's collective timed from C on the same buffers")
         extra = self._extra_columns()
         keys = (f"{'size':>12s} {'count':>12s} {'type':>9s} {'redop':>6s}"
                 + "".join(f" {name:>{w}s}" for name, w, _ in extra))  # fmt: skip
-        group = f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}"
-        units = f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}"
+        more, more_units = self._interval_headers()
+        group = f"{'time':>10s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>7s}{more}"
+        units = f"{'(us)':>10s} {'(GB/s)':>8s} {'(GB/s)':>8s} {'':>7s}{more_units}"
         if cfg.reference:
             group += f" {'C ref':>10s} {'x C':>6s}"
             units += f" {'(us)':>10s} {'':>6s}"
@@ -788,6 +875,7 @@ class Sweep:
         extra = "".join(f" {str(rec.get(f))[:w]:>{w}s}" for _, w, f in self._extra_columns())
         groups = " ".join(
             f"{r['time_us']:10.2f} {r['algbw_GBps']:8.3f} {r['busbw_GBps']:8.3f} {r['nwrong']:7d}"
+            + self._interval_columns(r)
             + self._reference_columns(r)
             for r in row
         )
@@ -798,6 +886,22 @@ class Sweep:
             f"{groups}{note}"
         )
         sys.stdout.flush()
+
+    def _interval_headers(self) -> tuple[str, str]:
+        """Header cells after #wrong: the interval, and the tiers with --tiers."""
+        names = f" {'95% CI':>23s} {'n':>4s}"
+        units = f" {'(us)':>23s} {'':>4s}"
+        if self.cfg.tiers:
+            names += "".join(f" {h:>{w}s}" for h, _, w in TIER_COLUMNS)
+            units += "".join(f" {u:>{w}s}" for _, u, w in TIER_COLUMNS)
+        return names, units
+
+    def _interval_columns(self, rec: dict) -> str:
+        ci = intervals.record_interval(rec)
+        text = f" {ci.text():>23s} {ci.samples:4d}"
+        if self.cfg.tiers:
+            text += tier_cells(rec.get("tiers"))
+        return text
 
     def _print_footer(self, total_wrong: int, bus: list[float]) -> None:
         print(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")

@@ -90,7 +90,17 @@ def _add_render_options(r: argparse.ArgumentParser) -> None:
         type=Path,
         help="results root (default: ./results); runs go to ROOT/SYSTEM/RUN_ID/",
     )
-    r.add_argument("-t", "--time", help="walltime (HH:MM:SS); default: the experiment's")
+    r.add_argument(
+        "-t", "--time", help="walltime (HH:MM:SS); default: the experiment's (x --repeat)"
+    )
+    r.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run each implementation K times, interleaved (A B C A B C); a point's "
+        "records merge into one interval (default 1)",
+    )
     r.add_argument("--run-id", help="run id (default: EXPERIMENT-nNODES-TIMESTAMP-XXXX)")
     r.add_argument("--launcher", help="srun, ibrun or mpirun (default: the profile's)")
     r.add_argument("--tasks-per-node", type=int, help="ranks per node (default: one per GPU)")
@@ -246,7 +256,9 @@ def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[Job]:
         )
     else:
         raise UsageError("give --experiment NAME (commbench jobs list) or --collective and --impl")
-    walltime = parse_walltime(args.time) if args.time else experiment.walltime_s
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: give a count >= 1")
+    walltime = parse_walltime(args.time) if args.time else experiment.walltime_s * args.repeat
     bindir = Path(sys.executable).parent
     results_root = (args.results or Path("results")).resolve()
     given = _site_flags(args)
@@ -275,6 +287,7 @@ def render_jobs(args: argparse.Namespace, environ=os.environ) -> list[Job]:
                 available=available,
                 launcher=args.launcher,
                 extra_sbatch=args.extra_sbatch,
+                repeat=args.repeat,
             )
         )
     return out

@@ -353,13 +353,21 @@ def plan_runs(
     profile: Profile,
     available: Mapping[tuple[str, str], tuple[str, ...]],
     results_file: str,
+    repeat: int = 1,
 ) -> tuple[list[RunCommand], list[str]]:
-    """The runs of ``experiment`` on ``profile``, and the implementations skipped (why)."""
+    """The runs of ``experiment`` on ``profile``, and the implementations skipped (why).
+
+    ``repeat`` K > 1: each step's implementations run K times, interleaved (A B C A B C),
+    each run with ``--launch k`` so that its records merge into one interval per point.
+    """
+    if repeat < 1:
+        raise UsageError(f"--repeat {repeat}: give a count >= 1")
     runs, skipped = [], []
     backend = profile.devices.backend
     gpn = profile.devices.gpus_per_node if profile.emulated else None
     for step in experiment.steps:
         step = step.for_system(profile.name)
+        planned = []
         for impl in step.impls.get(backend, ()):
             backends = available.get((step.collective, impl))
             if backends is None:
@@ -371,9 +379,13 @@ def plan_runs(
                     f"(runs on {','.join(backends)})"
                 )
                 continue
-            name = f"{len(runs) + 1:02d}-{step.collective}-{_slug(impl)}"
-            args = step_args(step, impl, backend, gpn, results_file)
-            runs.append(RunCommand(name, step.collective, impl, tuple(args)))
+            planned.append((impl, step_args(step, impl, backend, gpn, results_file)))
+        for k in range(1, repeat + 1):
+            for impl, args in planned:
+                name = f"{len(runs) + 1:02d}-{step.collective}-{_slug(impl)}"
+                if repeat > 1:
+                    name, args = f"{name}-r{k}", [*args, "--launch", str(k)]
+                runs.append(RunCommand(name, step.collective, impl, tuple(args)))
     if not runs:
         why = "; ".join(skipped) or f"no implementations listed for backend {backend}"
         raise UsageError(

@@ -88,12 +88,13 @@ def render_job(
     launcher: str | None = None,
     extra_sbatch: Iterable[str] = (),
     templates_dir: Path = TEMPLATES_DIR,
+    repeat: int = 1,
 ) -> Job:
     """The batch script for one allocation (pure: writes nothing).
 
     ``bindir`` is the ``bin`` directory of the Python environment the jobs use, with
     commbench installed (``{bin}``), ``jobs_dir`` where they find commbench's job files
-    (``{jobs}``).
+    (``{jobs}``). ``repeat``: launches per implementation, interleaved (:func:`plan_runs`).
     """
     places = placeholders(bindir, jobs_dir)
     check_run_id(run_id)
@@ -106,7 +107,7 @@ def render_job(
     validate_allocation(profile, alloc, site)
     run_dir = Path(results_root) / profile.name / run_id
     results_file = str(run_dir / RESULTS_NAME)
-    runs, skipped = plan_runs(experiment, profile, available, results_file)
+    runs, skipped = plan_runs(experiment, profile, available, results_file, repeat)
     externals, ext_skipped = plan_external(
         experiment, profile, site, alloc, results_file, len(runs) + 1
     )

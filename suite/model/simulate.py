@@ -17,6 +17,8 @@ import time
 import numpy as np
 
 from commbench import __version__
+from commbench.analysis.intervals import exact_interval
+from commbench.analysis.tiers import record_tiers
 from commbench.errors import UsageError
 from commbench.harness import metrics, results
 from commbench.kernels.model import Fabric
@@ -89,6 +91,10 @@ class Point:
     extra: dict = dataclasses.field(default_factory=dict)
     #: FAST's tuner rows (every candidate tried); records keep only a summary of them.
     candidates: list[dict] | None = None
+    #: all-to-allv: the traffic matrix and (FAST, balance-only) the schedule's transfers,
+    #: for where the bytes went (the record's ``tiers``)
+    traffic: np.ndarray | None = None
+    transfers: object = None
 
 
 def alltoallv_points(
@@ -129,7 +135,7 @@ def alltoallv_points(
                 for impl in impls:
                     t0 = time.perf_counter()
                     extra: dict = {}
-                    candidates = None
+                    candidates = transfers = None
                     if impl in ("fast", "balance-only") and tuned is None:
                         report = _progress_printer(nodes, workload, size) if progress else None
                         tuned = fast_schedule(
@@ -138,13 +144,14 @@ def alltoallv_points(
                         if report is not None:
                             sys.stderr.write("\r\033[K")  # clear the progress line
                     if impl == "fast":
-                        pred = tuned.prediction
+                        pred, transfers = tuned.prediction, tuned.transfers
                         extra = _schedule_info(tuned, tune)
                         candidates = tuned.candidates if tune else None
                         if call_costs:
                             pred, extra["call"] = _with_call_costs(pred, p, fabric)
                     elif impl == "balance-only":
-                        pred = a2a_model.balance_only(traffic, tuned.default_transfers, fabric)
+                        transfers = tuned.default_transfers
+                        pred = a2a_model.balance_only(traffic, transfers, fabric)
                     else:
                         pred = _BASELINES[impl](traffic, fabric)
                     extra["model_seconds"] = time.perf_counter() - t0
@@ -159,6 +166,8 @@ def alltoallv_points(
                         wseed,
                         extra,
                         candidates,
+                        traffic,
+                        transfers,
                     )
 
 
@@ -337,6 +346,8 @@ def make_record(static: dict, point: Point, index: int, fabric: Fabric) -> dict:
         rank_finish_us=finish.tolist(),
         info=info,
     )
+    rec.update(exact_interval(shown).fields())
+    rec["tiers"] = record_tiers(rec, point.traffic, point.transfers)
     return rec
 
 

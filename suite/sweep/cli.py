@@ -26,6 +26,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds per launch")
     p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="K",
+        help="launch every implementation K times, interleaved (A B C A B C ...); the "
+        "records of a point merge into one interval (default 1)",
+    )
+    p.add_argument(
         "--cluster",
         default=None,
         metavar="PREFIX",

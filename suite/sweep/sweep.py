@@ -5,6 +5,12 @@ all-gather, reduce-scatter and broadcast, each under its own ``mpiexec`` (one pe
 implementation and workload, like nccl-tests' binaries), appending to one results file
 under ``--out-dir``. A failing implementation is reported and the sweep goes on; the exit
 status says whether all passed.
+
+``--repeat K`` launches every implementation K times, interleaved within each group of
+launches that measure the same points (A B C A B C ...), so that a slow drift of a shared
+machine falls on every implementation alike; the records of one point (one per launch,
+``launch`` = 1..K) merge into one interval (:mod:`commbench.analysis.intervals`), printed
+at the end.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from commbench.errors import UsageError
 from commbench.kernels.registry import implementations
@@ -82,16 +90,29 @@ MODELLED = (
 )  # fmt: skip
 
 
+T = TypeVar("T")
+
+
+def interleave(groups: Sequence[Sequence[T]], repeat: int) -> list[tuple[int, T]]:
+    """``(launch, member)`` in run order: each group's members ``repeat`` times round
+    robin (A B C A B C ...), group after group; launches are numbered from 1."""
+    if repeat < 1:
+        raise UsageError(f"--repeat {repeat}: give a count >= 1")
+    return [(k + 1, m) for group in groups for k in range(repeat) for m in group]
+
+
 def launches(
-    backend: str, gpus_per_node: int | None, out: Path, items=LOCAL_SWEEP
+    backend: str, gpus_per_node: int | None, out: Path, items=LOCAL_SWEEP, repeat: int = 1
 ) -> list[list[str]]:
-    """The ``commbench run`` command lines of the sweep (without the launcher)."""
-    cmds = []
+    """The ``commbench run`` command lines of the sweep (without the launcher): one group
+    per item and workload, its implementations interleaved ``repeat`` times."""
+    groups = []
     for item in items:
-        for spec in implementations(item.collective):
-            if backend not in spec.backends or (item.impls and spec.name not in item.impls):
-                continue
-            for workload in item.workloads:
+        for workload in item.workloads:
+            group = []
+            for spec in implementations(item.collective):
+                if backend not in spec.backends or (item.impls and spec.name not in item.impls):
+                    continue
                 cmd = [
                     sys.executable, "-m", "commbench", "run", item.collective,
                     "--impl", spec.name, "--backend", backend, *item.flags,
@@ -101,13 +122,18 @@ def launches(
                     cmd[9:9] = ["--gpus-per-node", str(gpus_per_node)]
                 if workload:
                     cmd += ["--workload", workload]
-                cmds.append(cmd)
-    return cmds
+                group.append(cmd)
+            groups.append(group)
+    return [
+        [*cmd, "--launch", str(k)] if repeat > 1 else cmd for k, cmd in interleave(groups, repeat)
+    ]
 
 
 def run_sweep(args) -> int:
     if args.np < 1 or args.np % args.gpus_per_node:
         raise UsageError(f"--np {args.np} must be a positive multiple of --gpus-per-node")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: give a count >= 1")
     if not args.timeout > 0 or args.timeout == float("inf"):
         raise UsageError(f"--timeout {args.timeout}: give a finite number of seconds > 0")
     if args.cluster:
@@ -131,7 +157,7 @@ def run_sweep(args) -> int:
     from commbench.kernels.fast import warmup
 
     print(f"# FAST's numba core: {warmup():.1f} s to load or compile", flush=True)
-    for cmd in launches(args.backend, gpus_per_node, out, items):
+    for cmd in launches(args.backend, gpus_per_node, out, items, args.repeat):
         full = [*launcher, *cmd]
         label = " ".join(cmd[3 : cmd.index("--backend")] + cmd[cmd.index("--out") + 2 :])
         print(f"\n=== {label}", flush=True)
@@ -142,6 +168,8 @@ def run_sweep(args) -> int:
         if rc != 0:
             failed.append(f"{label} (exit {rc})")
     print(f"\n# sweep: {time.perf_counter() - started:.0f} s; results in {out}")
+    if args.repeat > 1 and out.is_file():
+        print_merged(out, args.repeat)
     if not args.no_report:
         modelled = MODELLED
         if args.cluster:
@@ -182,3 +210,23 @@ def finish(folder: Path, env: dict, timeout: float, modelled=MODELLED) -> list[s
             failed.append(f"{label} (exit {rc})")
     print(f"\n# figures: {folder / 'figures'}\n# report:  {folder / 'report.html'}")
     return failed
+
+
+def print_merged(out: Path, repeat: int) -> None:
+    """One line per point of ``out``: its launches merged into one interval."""
+    from commbench.analysis.intervals import merged_points
+    from commbench.analysis.records import read_jsonl
+
+    rows = merged_points([rec for _, rec in read_jsonl(out, on_torn_tail=lambda where: None)])
+    print(
+        f"\n# {repeat} interleaved launches per implementation, merged per point: median "
+        "per-iteration time of the slowest rank (us), 95% CI, samples (launches)"
+    )
+    print(f"# {'collective':10s} {'impl':18s} {'workload':14s} {'size':>9s} "
+          f"{'median':>10s} {'95% CI':>22s} {'n':>9s}")  # fmt: skip
+    for rec, ci in rows:
+        print(
+            f"  {rec['collective']:10s} {rec['impl']:18s} {str(rec.get('workload') or '-')[:14]:14s} "
+            f"{rec['size_bytes']:9d} {ci.median:10.2f} {ci.text():>22s} "
+            f"{f'{ci.samples} ({ci.launches})':>9s}"
+        )

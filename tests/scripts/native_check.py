@@ -65,7 +65,11 @@ rounds = [
     [(False, left, 10, 0, comm), (True, right, 10, 0, comm)],
     [(False, right, 20, 10, comm), (True, left, 20, 20, comm)],
 ]
-samples = native.time_call(native.rounds_call(rounds, send, recv, comm), 3, "latency", warmup=1)
+samples = native.time_call(
+    native.rounds_call(rounds, send, recv, comm), 3, "latency", warmup=1
+).samples_us
+ticks = native.time_call(native.rounds_call(rounds, send, recv, comm), 200, "pipelined").ticks
+checks["ticks"] = list(ticks[1][:2]) == [4, 8] and ticks[1][-1] == 200 and ticks[0][-1] > 0
 expected = np.concatenate([np.arange(10) + left, (np.arange(20, 40) + right) % 256]).astype(
     np.uint8
 )
