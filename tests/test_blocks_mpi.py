@@ -48,7 +48,8 @@ def test_in_and_out_of_place_side_by_side(driver_runs, label):
     header = next(x for x in stdout.splitlines() if "out-of-place" in x)
     assert header.index("out-of-place") < header.index("in-place")
     rows = [x.split() for x in stdout.splitlines() if x.strip() and not x.startswith("#")]
-    assert len(rows) == 3 and all(len(r) == (13 if coll == "broadcast" else 12) for r in rows)
+    # size count type redop [root], then per placement: time algbw busbw #wrong [lo, hi] n
+    assert len(rows) == 3 and all(len(r) == (19 if coll == "broadcast" else 18) for r in rows)
     if coll == "allgather":  # nccl-tests' size: the gathered buffer, floored to rank blocks
         item = 2 if "bf16" in DRIVER_RUNS[label][1] else 4
         assert list(df[df.inplace == 0]["count"]) == [s // 8 // item for s in (1000, 8000, 64000)]
