@@ -127,6 +127,19 @@ class _Mpi:
             return
         self._native = native.library_call(self.COLLECTIVE, case, self.transport.topo.world)
 
+    def _type_and_op(self, case):
+        """MPI's datatype and reduction for ``case``; refused for 16-bit floats on a GPU (a
+        user-defined reduction would run on device pointers)."""
+        from commbench.kernels.dtypes import dtype_name
+        from commbench.kernels.mpitypes import mpi_type_and_op
+
+        if self.transport.name != "cpu" and dtype_name(case.dtype) not in GPU_DTYPES:
+            raise ValueError(
+                "MPI has no device reduction for 16-bit floats: use -d float32 with "
+                "--impl mpi on a GPU backend"
+            )
+        return mpi_type_and_op(case.dtype, case.op)
+
     def native_call(self, case):
         """What the harness times from C, or None to time :meth:`run` from Python."""
         return self._native
@@ -143,15 +156,7 @@ class MpiAllreduce(_Mpi):
     COLLECTIVE = "allreduce"
 
     def setup(self, case: AllreduceCase) -> None:
-        from commbench.kernels.dtypes import dtype_name
-        from commbench.kernels.mpitypes import mpi_type_and_op
-
-        if self.transport.name != "cpu" and dtype_name(case.dtype) not in GPU_DTYPES:
-            raise ValueError(
-                "MPI has no device reduction for 16-bit floats: use -d float32 with "
-                "--impl mpi on a GPU backend"
-            )
-        self._datatype, self._op = mpi_type_and_op(case.dtype, case.op)
+        self._datatype, self._op = self._type_and_op(case)
         self._comm = self.transport.topo.world
         send, self._recv = self.buffers.bind(case.send, case.recv)
         self._send = [send, self._datatype]

@@ -55,15 +55,7 @@ class MpiReduceScatter(_Mpi):
     def setup(self, case: BlockCase) -> None:
         from mpi4py import MPI
 
-        from commbench.kernels.dtypes import dtype_name
-        from commbench.kernels.mpitypes import mpi_type_and_op
-
-        if self.transport.name != "cpu" and dtype_name(case.dtype) not in GPU_DTYPES:
-            raise ValueError(
-                "MPI has no device reduction for 16-bit floats: use -d float32 with "
-                "--impl mpi on a GPU backend"
-            )
-        datatype, self._op = mpi_type_and_op(case.dtype, case.op)
+        datatype, self._op = self._type_and_op(case)
         send, recv = self.buffers.bind(case.send, case.recv)
         # in place: the result lands in block 0 and moves to block rank after the call
         self._move = case.inplace and not self.buffers.staged
