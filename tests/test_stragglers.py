@@ -15,6 +15,7 @@ from commbench.analysis.load import load_all, load_raw_samples, normalise_points
 from commbench.analysis.report import write_report
 from commbench.analysis.stragglers import straggler_tables, straggler_text
 from commbench.cli import main as commbench
+from commbench.jobs.external import _device_layout
 from tests.test_analysis_data import make_record
 
 AG4 = (
@@ -148,3 +149,13 @@ def test_the_report_has_a_stragglers_section(tmp_path, name):
     text = write_report([_write_run(tmp_path / "run")], tmp_path / name).read_text()
     assert "Stragglers" in text and "Per rank: the ranks that were the slowest" in text
     assert "3 of 4 (75%)" in text and "34 of 40 (85%)" in text
+
+
+@pytest.mark.parametrize(
+    "hosts, layout",
+    [("aabb", (2, 2)), ("aaabbb", (2, 3)), ("abab", (None, None)), ("aab", (None, None)),
+     ("aabbba", (None, None)), ("", (None, None))],
+)  # fmt: skip
+def test_j_import_layout_from_the_devices_hosts(hosts, layout):
+    devices = [{"rank": r, "hostname": h} for r, h in enumerate(hosts)]
+    assert _device_layout(devices[::-1]) == layout
