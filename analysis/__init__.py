@@ -5,7 +5,7 @@ Public API (imported lazily, so ``import commbench.analysis`` costs nothing unti
     from commbench.analysis import load_all, load_results, load_schedules, load_reference, run_metadata
     from commbench.analysis import figure_1, ..., figure_7, render_all, FIGURES
     from commbench.analysis import best_table, speedup_table, line_rate_table, model_error_table
-    from commbench.analysis import write_report, execute_notebook
+    from commbench.analysis import straggler_tables, write_report, execute_notebook
 
 Record schemas: :mod:`commbench.analysis.load`. Conventions: :mod:`commbench.analysis.style`.
 """
@@ -37,6 +37,7 @@ _EXPORTS = {
     "line_rates": "commbench.analysis.tables",
     "model_error_table": "commbench.analysis.tables",
     "summarise": "commbench.analysis.tables",
+    "straggler_tables": "commbench.analysis.stragglers",
     "write_report": "commbench.analysis.report",
     "execute_notebook": "commbench.analysis.notebooks",
 }

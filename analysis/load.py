@@ -515,3 +515,34 @@ def _job_status(folder: Path) -> str:
     if (folder / "ready").is_file():
         return "ready"
     return ""
+
+
+def load_raw_samples(points: pd.DataFrame) -> list[list | None]:
+    """Per point (aligned with ``points``), its per-rank per-iteration ``samples_us`` from
+    the raw side file its record names (``raw_file``, next to the results file), matched by
+    ``run_id``, ``point`` and ``inplace``; None where there are none (pipelined timing,
+    no side file, a side file moved away). A cut-off last line is skipped."""
+    wanted: dict[Path, list[tuple[int, tuple]]] = {}
+    for i, row in enumerate(points.itertuples(index=False)):
+        raw_file, source = getattr(row, "raw_file", None), row.source_file
+        if isinstance(raw_file, str) and raw_file and isinstance(source, str):
+            key = _raw_key(row.run_id, getattr(row, "point", None), row.inplace)
+            wanted.setdefault(Path(source).parent / raw_file, []).append((i, key))
+    out: list[list | None] = [None] * len(points)
+    for path, rows in wanted.items():
+        if not path.is_file():
+            continue
+        found = {
+            _raw_key(raw.get("run_id"), raw.get("point"), raw.get("inplace")): raw.get("samples_us")
+            for _, raw in read_jsonl(path, on_torn_tail=lambda where: None)
+        }
+        for i, key in rows:
+            out[i] = found.get(key)
+    return out
+
+
+def _raw_key(run_id, point, inplace) -> tuple:
+    """What links a record to its raw line (``inplace`` absent = out of place)."""
+    point = None if point is None or pd.isna(point) else int(point)
+    inplace = False if inplace is None or pd.isna(inplace) else bool(inplace)
+    return (str(run_id), point, inplace)

@@ -21,8 +21,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from commbench.analysis.figures import render_all
-from commbench.analysis.load import load_all, load_reference, result_files, run_metadata
+from commbench.analysis.load import (
+    load_all,
+    load_raw_samples,
+    load_reference,
+    result_files,
+    run_metadata,
+)
 from commbench.analysis.scorecard import scorecard
+from commbench.analysis.stragglers import present_nodes, present_ranks, straggler_tables
 from commbench.analysis.style import binary_label
 from commbench.analysis.tables import (
     agreement_table,
@@ -69,6 +76,7 @@ per-iteration time of the slowest rank (bootstrap over launches and iterations).
 <details><summary><b>{{ section.title }}</b></summary>
 {% if section.text %}<p>{{ section.text }}</p>{% endif %}
 {% if section.table %}{{ section.table | safe }}{% else %}<p><i>{{ section.empty }}</i></p>{% endif %}
+{% for more in section.more %}<p>{{ more.text }}</p>{{ more.table | safe }}{% endfor %}
 </details>
 {% endfor %}
 <h2>Figures</h2>
@@ -406,6 +414,7 @@ def _sections(points, ref, rates) -> list[dict]:
             "empty": "no point carries a C reference (commbench run --reference c) and "
             "none was host-bound",
         },
+        _stragglers_section(points),
         {
             "title": "The papers' numbers (reference, not ours)",
             "text": "From results/reference/*.csv; each row names its source.",
@@ -413,6 +422,29 @@ def _sections(points, ref, rates) -> list[dict]:
             "empty": "no reference data found",
         },
     ]
+
+
+def _stragglers_section(points: pd.DataFrame) -> dict:
+    ranks, nodes = straggler_tables(points, load_raw_samples(points))
+    return {
+        "title": "Stragglers",
+        "text": "Per node of each layout: how often one of its ranks was the slowest, of the "
+        "measured points with per-rank times (each rank's mean time) and of the iterations "
+        "with per-rank samples (latency mode, imported -I runs), and its mean lead over the "
+        "median rank when it was. Under skewed all-to-all(v) the rank with the most bytes "
+        "is slowest by design.",
+        "table": present_nodes(nodes) if not ranks.empty else pd.DataFrame(),
+        "empty": "no measured record with per-rank times on 2 or more ranks",
+        "more": [
+            {
+                "text": "Per rank: the ranks that were the slowest at least once, most often "
+                "first.",
+                "table": present_ranks(ranks),
+            }
+        ]
+        if not ranks.empty
+        else [],
+    }
 
 
 def write_report(
@@ -481,7 +513,14 @@ def write_report(
             **common,
             inputs=_html_table(inputs),
             scorecard={**card, "table": _html_table(card["table"])},
-            sections=[{**s, "table": _html_table(s["table"])} for s in sections],
+            sections=[
+                {
+                    **s,
+                    "table": _html_table(s["table"]),
+                    "more": [{**m, "table": _html_table(m["table"])} for m in s.get("more", [])],
+                }
+                for s in sections
+            ],
             figures=figures,
         )
         out.write_text(page, encoding="utf-8")
@@ -508,6 +547,11 @@ def write_report(
             "",
             _md_table(s["table"]) or f"*{s['empty']}*",
             "",
+            *[
+                line
+                for m in s.get("more", [])
+                for line in (m["text"], "", _md_table(m["table"]), "")
+            ],
             "</details>",
             "",
         ]

@@ -362,6 +362,8 @@ def parse_tests_document(text: str, path: str, context: Mapping, tool: str) -> l
     source = f"{tool} {binary} (-J JSON" + (f", NCCL {version})" if version else ")")
     ctx = {k: v for k, v in context.items() if k not in ("nranks", "binary")}
     ctx["run_id"] = context.get("run_id") or f"{tool}-{doc.get('start_time', 'unknown')}"
+    if not ctx.get("nodes") and not ctx.get("gpus_per_node"):
+        ctx["nodes"], ctx["gpus_per_node"] = _device_layout(devices)
     hosts = sorted({str(d["hostname"]) for d in devices if d.get("hostname")})
     lines = _results_lines(text)
     out = []
@@ -390,6 +392,23 @@ def parse_tests_document(text: str, path: str, context: Mapping, tool: str) -> l
                 rec[RAW_KEY].update(run_id=ctx["run_id"], point=index, size_bytes=size)
             out.append(rec)
     return out
+
+
+def _device_layout(devices: list[dict]) -> tuple[int | None, int | None]:
+    """``(nodes, GPUs per node)`` from a ``-J`` file's devices when their hosts hold equal
+    runs of consecutive ranks (rank ``r`` on node ``r // GPUs per node``, as commbench
+    places them), else ``(None, None)``."""
+    try:
+        hosts = [str(d["hostname"]) for d in sorted(devices, key=lambda d: int(d["rank"]))]
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    runs = [h for i, h in enumerate(hosts) if i == 0 or h != hosts[i - 1]]
+    if not hosts or len(set(runs)) != len(runs) or len(hosts) % len(runs):
+        return None, None
+    gpn = len(hosts) // len(runs)
+    if any(hosts[i] != hosts[i - i % gpn] for i in range(len(hosts))):
+        return None, None
+    return len(runs), gpn
 
 
 def _finite(value, where: str, what: str) -> float:

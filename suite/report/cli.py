@@ -57,12 +57,20 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
         "--images", choices=("png", "svg"), default="png", help="how figures are embedded"
     )
     p.add_argument("--title", default="commbench report")
+    p.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="print which rank (and node) is the slowest how often and by how much, from "
+        "per-rank and per-iteration times, instead of writing the report",
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:
     from commbench.analysis.report import write_report
     from commbench.harness.results import check_output_path
 
+    if args.stragglers:
+        return print_stragglers(args.results)
     check_output_path(args.output, "-o")
     path = write_report(
         args.results,
@@ -74,6 +82,15 @@ def run_report(args: argparse.Namespace) -> int:
         title=args.title,
     )
     print(f"report written to {path}")
+    return 0
+
+
+def print_stragglers(paths: Sequence[str]) -> int:
+    from commbench.analysis.load import load_all, load_raw_samples
+    from commbench.analysis.stragglers import straggler_tables, straggler_text
+
+    points, _ = load_all(*paths)
+    print(straggler_text(*straggler_tables(points, load_raw_samples(points))), end="")
     return 0
 
 
@@ -106,7 +123,8 @@ def add_parser(sub) -> None:
         description="Load every result file (*.jsonl) given or found under the given "
         "directories and write one page: figures 1-7 inlined, the best implementation per "
         "size and system, speed-ups with their spread, fraction of NIC line rate, cost-model "
-        "error and the papers' reference numbers.",
+        "error, stragglers and the papers' reference numbers (--stragglers: print only the "
+        "stragglers' tables).",
     )
     add_report_arguments(rep)
     rep.set_defaults(func=run_report)
