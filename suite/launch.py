@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: What Open MPI needs on these machines: run as root (CI), and no UCX one-sided component
@@ -78,3 +81,29 @@ def relaunch(np_: int, module: str, argv: list[str], timeout: float) -> int:
     except subprocess.TimeoutExpired:
         print(f"{module}: no result after {timeout:g} s, stopped", file=sys.stderr)
         return 124
+
+
+def terminate(
+    live: Callable[[], list[int]],
+    grace_s: float,
+    poll_s: float = 0.1,
+    reap: Callable[[], object] | None = None,
+) -> None:
+    """SIGTERM the processes ``live()`` names, wait up to ``grace_s`` for ``live()`` to
+    come back empty, then the same with SIGKILL. ``reap`` (e.g. ``Popen.poll``) runs while
+    waiting, so a child of ours does not linger as a zombie."""
+    pids = live()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while pids and time.monotonic() < deadline:
+            if reap is not None:
+                reap()
+            time.sleep(poll_s)
+            pids = live()
+        if not pids:
+            return

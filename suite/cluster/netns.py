@@ -13,9 +13,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 from commbench.cluster.plan import (
@@ -33,6 +31,7 @@ from commbench.cluster.plan import (
     spec_from_dict,
 )
 from commbench.errors import UsageError
+from commbench.launch import terminate
 
 STATE_ENV = "COMMBENCH_CLUSTER_STATE"
 STATE_ROOT = Path("/run/commbench-cluster")
@@ -287,19 +286,7 @@ def remove(prefix: str, folder: Path) -> list[str]:
 
 def _end_processes(namespaces: list[str], grace_s: float = 3.0) -> None:
     """SIGTERM, then SIGKILL, to every process still inside these namespaces."""
-    pids = _pids(namespaces)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while pids and time.monotonic() < deadline:
-            time.sleep(0.1)
-            pids = _pids(namespaces)
-        if not pids:
-            return
+    terminate(lambda: _pids(namespaces), grace_s)
 
 
 def _pids(namespaces: list[str]) -> list[int]:

@@ -16,7 +16,6 @@ import importlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tarfile
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commbench.errors import NotApplicable
-from commbench.launch import find_mpiexec, local_env
+from commbench.launch import find_mpiexec, local_env, terminate
 
 OK, FAILED, NOT_APPLICABLE, NOT_RUN = "ok", "failed", "not applicable", "not run"
 STATUSES = (OK, FAILED, NOT_APPLICABLE, NOT_RUN)
@@ -163,20 +162,12 @@ def process_tree(leader: int) -> list[int]:
 def stop_tree(proc: subprocess.Popen) -> None:
     """SIGTERM the process's whole tree (mpiexec and its ranks: a rank killed with its
     launcher's group alone can stay and hold the GPU), then SIGKILL what is left."""
-    pids = process_tree(proc.pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + TERM_GRACE_S
-        while pids and time.monotonic() < deadline:
-            proc.poll()  # reaps the leader; its session still names the rest
-            time.sleep(0.05)
-            pids = [p for p in set(pids) | set(process_tree(proc.pid)) if _alive(p)]
-        if not pids:
-            break
+    first = set(process_tree(proc.pid))
+
+    def live() -> list[int]:  # the leader is reaped by poll(); its session names the rest
+        return [p for p in first | set(process_tree(proc.pid)) if _alive(p)]
+
+    terminate(live, TERM_GRACE_S, poll_s=0.05, reap=proc.poll)
     proc.wait()
 
 
