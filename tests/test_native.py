@@ -104,6 +104,18 @@ def test_no_mpicc_is_one_clear_reason(monkeypatch, tmp_path):
     assert not any((tmp_path / "cache").glob("cloop-*"))  # nothing half-made
 
 
+def test_reference_c_refusal_is_said_once_for_the_job(tmp_path):
+    """Every rank checks (each builds its own loop), rank 0 says the first reason, once."""
+    env = {"MPICC": str(tmp_path / "no-such-mpicc"), "COMMBENCH_CACHE": str(tmp_path / "cache")}
+    argv = ["-m", "commbench", "run", "allreduce", "--impl", "mpi", "-b", "1K", "-e", "1K",
+            "-n", "2", "--reference", "c", "--out", str(tmp_path / "r.jsonl")]  # fmt: skip
+    proc = run_mpi(3, argv, timeout=120, env=env)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("commbench")]
+    assert len(said) == 1 and "--reference c cannot run here" in said[0], proc.stderr
+    assert not (tmp_path / "r.jsonl").exists()  # nothing half-written
+
+
 def test_points_file_layout(tmp_path):
     path = tmp_path / "p.bin"
     traffic = np.arange(4).reshape(2, 2)

@@ -326,6 +326,8 @@ def run(args: argparse.Namespace) -> int:
             raise
     rank = MPI.COMM_WORLD.rank
     problem = ranks_problem(cfg, MPI.COMM_WORLD.size)
+    if problem is None and cfg.reference:  # each rank checks; the first reason is said once
+        problem = next(filter(None, MPI.COMM_WORLD.allgather(reference_problem(cfg))), None)
     if problem:  # every rank knows; rank 0 says it, once
         watchdog.stop(guard_exit=False)
         if rank:
@@ -353,6 +355,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2 if isinstance(exc, ValueError) else 1)
         return 1
+
+
+def reference_problem(cfg: Config) -> str | None:
+    """Why ``--reference c`` cannot run on this rank (one line), or None: it needs the native
+    loop and, on a GPU, an MPI library that takes device memory."""
+    from commbench.kernels import native
+
+    reason = native.unavailable_reason()
+    if reason is None and cfg.backend != "cpu":
+        from commbench.kernels.baselines.mpi import mpi_gpu_support
+
+        aware, how = mpi_gpu_support(cfg.backend)
+        reason = None if aware else f"the MPI library takes no device buffers ({how})"
+    return f"--reference c cannot run here: {reason}" if reason else None
 
 
 def ranks_problem(cfg: Config, nranks: int) -> str | None:
@@ -419,8 +435,6 @@ class Sweep:
         self.transport = create_transport(cfg.backend, self.topo)
         watchdog.phase(f"creating --impl {cfg.impl}")
         self.impl = lookup(cfg.collective, cfg.impl).factory(self.transport, dict(cfg.params))
-        if cfg.reference:
-            self._check_reference()
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
@@ -432,19 +446,6 @@ class Sweep:
             (self.rank, self.topo.node, self.topo.local, os.getpid(), self.topo.hostname, info)
         )
         self.static = self._static_fields(info) if self.is_root else {}
-
-    def _check_reference(self) -> None:
-        """``--reference c`` needs the native loop and, on a GPU, an MPI taking device memory."""
-        from commbench.kernels import native
-
-        reason = native.unavailable_reason()
-        if reason is None and self.cfg.backend != "cpu":
-            from commbench.kernels.baselines.mpi import mpi_gpu_support
-
-            aware, how = mpi_gpu_support(self.cfg.backend)
-            reason = None if aware else f"the MPI library takes no device buffers ({how})"
-        if reason:
-            raise UsageError(f"--reference c cannot run here: {reason}")
 
     def _static_fields(self, info: dict) -> dict:
         cfg, topo = self.cfg, self.topo
