@@ -381,7 +381,8 @@ def _synthesis_sources(part: pd.DataFrame) -> list[tuple[str, pd.Series, str]]:
     kind = part["kind"] if "kind" in part else pd.Series(None, index=part.index)
     tuned = part["tuned"] if "tuned" in part else pd.Series(None, index=part.index)
     out = []
-    for (k, t), rows in part.groupby([kind.fillna("record"), tuned.astype(str)], sort=True):
+    tuned = tuned.map(lambda v: str(bool(v)) if isinstance(v, (bool, np.bool_)) else "?")
+    for (k, t), rows in part.groupby([kind.fillna("record"), tuned], sort=True):
         options = {"True": "options tuned by the model", "False": "untuned options"}.get(
             t, "the recorded options"
         )
@@ -391,13 +392,14 @@ def _synthesis_sources(part: pd.DataFrame) -> list[tuple[str, pd.Series, str]]:
         }.get(k, ("one schedule() call per record", "schedule records"))
         traffic = _traffic(rows.to_dict("records"))
         ev = f"measured on this CPU (our scheduler, in {where[1]})"
-        out.append((f"cold: {where[0]}; {options}; {traffic}", rows["synthesis_us"], ev))
+        tail = "; ".join(filter(None, (options, traffic)))
+        out.append((f"cold: {where[0]}; {tail}", rows["synthesis_us"], ev))
         if "synthesis_warm_us" in rows:
             warm = rows["synthesis_warm_us"]
             if warm.notna().any():
                 out.append(
                     (f"warm: median of repeated schedule() calls on the same matrix, as the "
-                     f"scheduler benchmark times them; {options}; {traffic}", warm, ev)
+                     f"scheduler benchmark times them; {tail}", warm, ev)
                 )  # fmt: skip
     return out
 
