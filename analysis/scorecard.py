@@ -449,7 +449,8 @@ def overhead_rows(points: pd.DataFrame) -> list[dict]:
             {
                 "claim": "FAST per-call overhead (all-gather + synthesis) / call time",
                 "configuration": "the model's per-call costs: the matrix all-gather and the "
-                f"synthesis law (warm medians of the scheduler benchmark); {_traffic(recs)}",
+                "synthesis law (the scheduler benchmark's warm medians of synthesis + one "
+                f"rank's plan, defaults, zipf:0.8); {_traffic(recs)}",
                 "paper": "small (not given as a share)",
                 "ours": _span([100 * s for s in share], " %"),
                 "evidence": evidence(recs[0]),
