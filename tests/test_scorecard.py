@@ -81,7 +81,9 @@ def test_measured_rows_hold_fail_or_cannot_tell_from_compare(tmp_path):
     )
     assert row["paper"].startswith("> 1×")
     assert row["ours"].startswith("0.75–1.50× (3 points); 95% CI ")
-    assert row["ours"].endswith("compare: 1 faster, 1 slower, 1 no difference")
+    assert row["ours"].endswith(
+        "compare: 1 faster, 1 slower, 1 no difference; 3 of 3 on one launch a side"
+    )
     assert row["verdict"] == (
         "FAST faster at 1 of 3 points; at 95 %: 1 holds, 1 does not hold, 1 cannot tell"
     )
@@ -110,6 +112,11 @@ def test_one_row_per_configuration_and_source(tmp_path):
     assert set(rows.index) == {on + tail, f"{off}; the scheduler's defaults{tail}",
                                f"{off}; options stage_cost_bytes=143461{tail}"}  # fmt: skip
     assert rows.loc[on + tail, "ours"].startswith("0.94× (1 points)")
+    # a second launch of each side: no longer on one launch a side
+    again = [dict(r, run_id="r2") for r in records]
+    rows = measured_rows(card(tmp_path, records + again, "two.jsonl")).set_index("configuration")
+    assert "one launch" in measured_rows(card(tmp_path, records)).iloc[0]["ours"]
+    assert not rows["ours"].str.contains("one launch").any()
     assert rows.loc[on + tail, "verdict"].startswith("FAST faster at 0 of 1 points")
 
 
