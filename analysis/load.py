@@ -18,6 +18,9 @@ synthesised schedule (repeat a point to show its spread)::
      "servers": 8,                  # S                                     (required)
      "strategy": "bottleneck",      # scheduler option that was used        (required)
      "synthesis_us": 180.5,         # wall time of one schedule() call, µs  (required)
+     "synthesis_warm_us": 40.2,     # median of repeated calls on the matrix (optional)
+     "timing": "cold",              # synthesis_us: "cold" (one call) or "warm" (a median)
+     "tuned": true,                 # options tuned by the cost model       (optional)
      "stages": 12,                  # number of BvN stages                  (required)
      "lower_bound": 8388608,        # T, bytes per NIC                      (optional)
      "modelled_time_over_lb": 1.04, # cost-model time / (T / B), or null    (optional)
@@ -58,6 +61,10 @@ REFERENCE_DIR = Path(str(files("commbench.analysis.reference")))
 SCHEDULE = "schedule"
 SCHEDULE_REQUIRED = ("gpus", "servers", "strategy", "synthesis_us", "stages")
 SCHEDULE_OPTIONAL = (
+    "synthesis_warm_us",
+    "timing",
+    "tuned",
+    "kind",
     "lower_bound",
     "modelled_time_over_lb",
     "workload",
@@ -268,7 +275,12 @@ def schedules_from_points(records: Iterable[dict]) -> list[dict]:
                 "gpus": gpus,
                 "servers": nodes,
                 "strategy": str(info.get("strategy", "fast")),
+                # one call: the tuner's (simulate) or setup's (a measured run)
                 "synthesis_us": info["synthesis_us"],
+                "synthesis_warm_us": info.get("synthesis_warm_us"),
+                "timing": "cold",
+                "tuned": info.get("tuned"),
+                "kind": "modelled" if rec.get("modelled") else "measured",
                 "stages": info["stages"],
                 "lower_bound": info.get("lower_bound_bytes"),
                 # the schedule's own time (without FAST's per-call costs, where the record
@@ -334,7 +346,7 @@ def normalise_schedules(records: list[dict]) -> pd.DataFrame:
     """Schedule records -> DataFrame with numeric columns and ``workload_key``."""
     cols = ("collective", *SCHEDULE_REQUIRED, *SCHEDULE_OPTIONAL, "source_file", "source_line")
     df = pd.DataFrame(records, columns=_ordered_columns(records, cols))
-    for col in ("gpus", "servers", "synthesis_us", "stages", "lower_bound"):
+    for col in ("gpus", "servers", "synthesis_us", "synthesis_warm_us", "stages", "lower_bound"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df["modelled_time_over_lb"] = pd.to_numeric(df["modelled_time_over_lb"], errors="coerce")
     df["strategy"] = df["strategy"].astype(str)

@@ -341,11 +341,18 @@ def present_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def _scorecard_section(points, schedules, ref) -> dict:
     return {
         "title": "Reproduction scorecard",
-        "text": "Each headline claim of the two papers, the paper's number, ours and how ours "
-        "was obtained (measured on a GPU, measured with the CPU backend on this machine or the "
-        "emulated cluster, or modelled by the cost model), and a verdict against the paper's "
-        "band. Claims with no matching records in these results are left out; the long "
-        "tables below are folded.",
+        "text": "Each headline claim of the two papers, the paper's number and ours, one row "
+        "per source (measured on a GPU, measured with the CPU backend on this machine or the "
+        "emulated cluster, or modelled by the cost model) and configuration: FAST tuned by "
+        "the model or not, its per-call costs (matrix all-gather, synthesis) in the time or "
+        "not, the modelled flow control, which baselines were there to be the best, the "
+        "workloads and sizes; for synthesis, one call timed (cold) or the median of repeated "
+        "calls (warm). Rows of one claim whose numbers differ differ in one of these. "
+        "Speed-ups come from commbench compare (the best baseline at each point against "
+        "the implementation): the claim holds at 95 % when the speed-up's interval lies in "
+        "the paper's band (on a fabric the paper did not measure: when FAST is faster), does "
+        "not hold when it lies outside, and cannot tell otherwise. Claims with no matching "
+        "records in these results are left out; the long tables below are folded.",
         "table": scorecard(points, schedules, ref),
         "empty": "no records bear on the papers' claims",
     }

@@ -218,7 +218,7 @@ def tier_summary(part: pd.DataFrame) -> dict[str, float]:
         t = rec.get("tiers")
         if not isinstance(t, Mapping):
             t = (
-                tiers_mod.record_tiers(_plain(rec))
+                tiers_mod.record_tiers(as_record(rec))
                 if rec.get("collective") != "alltoallv"
                 else None
             )
@@ -229,7 +229,7 @@ def tier_summary(part: pd.DataFrame) -> dict[str, float]:
     return {k: float(np.median(v)) if v else math.nan for k, v in found.items()}
 
 
-def _plain(rec: dict) -> dict:
+def as_record(rec: dict) -> dict:
     """A DataFrame row as a record: pandas' missing values as None, numpy ints as int."""
     out = {}
     for k, v in rec.items():

@@ -567,7 +567,10 @@ def test_scorecard_opens_the_report_and_judges_each_claim(tmp_path):
     gpu = card.loc["measured on GPU (perlmutter, 4×4)"]
     # nvrar 60 + 0.05 s/KiB vs nccl 180 + 0.06 s/KiB: 2.83x at 128 KiB .. 1.87x at 2 MiB (+ jitter)
     assert gpu["claim"].startswith("NVRAR vs NCCL") and gpu["paper"] == "1.9–3.6×"
-    assert gpu["ours"] == "1.86–2.83× (5 points)"
+    assert gpu["ours"] == (
+        "1.86–2.83× (5 points); compare: 5 cannot tell; 5 of 5 on one launch a side"
+    )
+    assert gpu["configuration"] == "defaults; vs NCCL only; 128 KiB–2 MiB"
     # one record per point and implementation, without per-iteration samples: no interval
     assert gpu["verdict"] == (
         "partly (4 of 5 points in the band); cannot tell at 95 % (no intervals)"
@@ -583,7 +586,11 @@ def test_scorecard_opens_the_report_and_judges_each_claim(tmp_path):
     text = write_report([tmp_path / "run"], tmp_path / "r.md").read_text()
     first = text.index("## Reproduction scorecard")
     assert first < text.index("<details><summary><b>Inputs</b>") < text.index("<b>Runs</b>")
-    assert "| NVRAR vs NCCL all-reduce, 128 KiB-2 MiB | 1.9–3.6× | 1.86–2.83× (5 points) |" in text
+    assert (
+        "| NVRAR vs NCCL all-reduce, 128 KiB-2 MiB | defaults; vs NCCL only; 128 KiB–2 MiB "
+        "| 1.9–3.6× | 1.86–2.83× (5 points); compare: 5 cannot tell; 5 of 5 on one launch a "
+        "side |"
+    ) in text
 
 
 def test_overhead_table_shows_c_reference_and_host_bound_points(tmp_path):

@@ -80,10 +80,10 @@ CLUSTER_SWEEP = (
 MODELLED = (
     ("model-h200.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
                           "--workload", "zipf:0.8", "--size", "16M,256M",
-                          "--impls", "fast,fanout,spreadout,balance-only"]),
+                          "--impls", "fast,fanout,spreadout,balance-only,deepep"]),
     ("model-h200-skew.jsonl", ["alltoallv", "--system", "h200", "--servers", "2,8,40",
                                "--workload", "zipf:0.0,0.4,0.99", "--size", "16M",
-                               "--impls", "fast,fanout,spreadout,balance-only"]),
+                               "--impls", "fast,fanout,spreadout,balance-only,deepep"]),
     ("model-perlmutter.jsonl", ["allreduce", "--system", "perlmutter", "--nodes", "2,4,8,16",
                                 "-b", "64K", "-e", "2M",
                                 "--impls", "nvrar,ring,recursive-doubling,nccl"]),
