@@ -534,8 +534,9 @@ def figure_4(
     if schedules.empty:
         return _empty(
             title,
-            'No schedule records (collective "schedule").\nRun the scheduler benchmark '
-            "(python -m commbench.benchmarks.scheduler), which writes them for 16–1024 GPUs.",
+            'No schedule rows: no FAST record carries its schedule and no record has\n'
+            'collective "schedule". `commbench simulate --impl fast` (as make run does) or a\n'
+            "measured `fast` run writes them.",
             out_dir,
             name,
         )

@@ -188,7 +188,7 @@ def modelled_scaling_records() -> list[dict]:
 
 
 def schedule_records() -> list[dict]:
-    """Schedule-synthesis records (figure 4) as the scheduler benchmark writes them."""
+    """Schedule-synthesis records (figure 4) in the schema analysis.load documents (hand-made)."""
     out = []
     for gpus in (16, 64, 128, 320, 1024):
         servers = gpus // 8
