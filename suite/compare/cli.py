@@ -11,7 +11,7 @@ import sys
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare two runs (or two implementations) point by point, with 95% intervals",
+        help="compare two runs (or two implementations) point by point, with 95%% intervals",
         description="Match the points of BASE and NEW (result files or folders) on "
         "collective, size, dtype, workload, ranks and system - not on the implementation - "
         "and give NEW's time over BASE's with its 95% interval and a verdict (faster, slower, "
