@@ -64,16 +64,25 @@ def lower_bound_us(n: int, nodes: int, fabric: Fabric) -> float:
 
 
 def _link(
-    fabric: Fabric, cross: np.ndarray, nbytes: float, post_us: float, nic_share: float = 1.0
+    fabric: Fabric,
+    cross: np.ndarray,
+    nbytes: float,
+    post_us: float,
+    nic_share: float = 1.0,
+    concurrent: int = 1,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
     ``post_us``: what posting the message costs (host or proxy); ``nic_share``: the
-    fraction of the NIC's bandwidth the message's protocol gets for its payload.
+    fraction of the NIC's bandwidth the message's protocol gets for its payload;
+    ``concurrent``: messages of this size crossing the switch at the same time (they
+    share the fabric's ``fabric_GBps``).
     """
+    wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
+                      fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
     return post_us + np.where(
         cross,
-        fabric.nic_us + fabric.nic_time_us(nbytes) / nic_share,
+        fabric.nic_us + wire,
         fabric.scaleup_us + fabric.peer_time_us(nbytes),
     )
 
@@ -86,6 +95,7 @@ def _pairwise(
     fold: tuple[float, float],
     post_us: float | None = None,
     nic_share: float = 1.0,
+    width: int = 1,
 ) -> np.ndarray:
     """Finish times of a butterfly over ``len(node_of)`` participants.
 
@@ -93,7 +103,8 @@ def _pairwise(
     i XOR 2^bit, then reduces ``reduce`` bytes. Participants beyond the largest power of
     two fold in first (``fold = (wire, reduce)``) and get ``fold[0]`` bytes back at the end.
     ``post_us``: cost of posting one message (default ``msg_us``, two-sided host sends);
-    ``nic_share``: see :func:`_link`.
+    ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
+    (each sending its own message at once, as NVRAR's GPUs of one node do).
     """
     post = fabric.msg_us if post_us is None else post_us
     m = node_of.size
@@ -103,16 +114,19 @@ def _pairwise(
     lo = hi - p2
     if hi.size:
         wire, red = fold
-        arrive = t[hi] + _link(fabric, node_of[hi] != node_of[lo], wire, post, nic_share)
+        cross = node_of[hi] != node_of[lo]
+        arrive = t[hi] + _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
         t[lo] = np.maximum(t[lo], arrive) + fabric.reduce_time_us(red)
         t[hi] = arrive
     i = np.arange(p2)
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
-        cost = _link(fabric, node_of[i] != node_of[j], wire, post, nic_share)
+        cross = node_of[i] != node_of[j]
+        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
-        back = _link(fabric, node_of[hi] != node_of[lo], fold[0], post, nic_share)
+        cross = node_of[hi] != node_of[lo]
+        back = _link(fabric, cross, fold[0], post, nic_share, width * int(cross.sum()))
         t[hi] = np.maximum(t[hi], t[lo]) + back
         t[lo] = t[lo] + back
     return t
@@ -155,7 +169,7 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
         t = fabric.stage_us
     else:
         cross = np.array(nodes > 1)
-        step = float(_link(fabric, cross, n / p, fabric.msg_us))
+        step = float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes))
         t = fabric.stage_us + 2 * (p - 1) * step + fabric.reduce_time_us((p - 1) / p * n)
     return Prediction(
         "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
@@ -199,7 +213,8 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
     node_ids = np.arange(nodes)
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
-    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share)
+    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share,
+                        width=g)  # fmt: skip
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {

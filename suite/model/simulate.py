@@ -55,12 +55,13 @@ def fabric_from_profile(
     flow_control: str | None = None,
     **overrides: float | None,
 ) -> Fabric:
-    """The cost-model :class:`Fabric` of system ``name``: its profile's ``[fabric]`` for
+    """The cost-model :class:`Fabric` of system ``name`` (a shipped name or a profile
+    file ``PATH.toml``): its profile's ``[fabric]`` for
     ``gpus_per_node`` GPUs per node (default: the profile's) and ``flow_control``, with
     overrides applied (:meth:`commbench.kernels.model.fabric_table.FabricTable.per_gpu`)."""
-    from commbench.jobs.profile import load_profile
+    from commbench.jobs.profile import load_system
 
-    profile = load_profile(name)
+    profile = load_system(name)
     g = gpus_per_node
     if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
         raise UsageError(f"--gpus-per-node must be an integer >= 1 (got {g!r})")
