@@ -21,6 +21,9 @@ puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of th
   nodes — one-sided puts of LL8 cells, each step paying the transport's ``put_us`` and
   moving its payload at the LL protocol's share of the NIC — then the intra-node
   all-gather. Three launched phases (one when g = 1: plain recursive doubling).
+* ``mpi``: ``MPI_Allreduce`` as Open MPI's ``coll/tuned`` chooses by rank count and
+  size (:data:`OMPI_ALLREDUCE`): recursive doubling for small buffers, Rabenseifner
+  (or a ring) for large ones.
 * ``nccl``: NCCL's own choice among tree/ring x LL/LL128/Simple with the constants of its
   ``tuning.cc`` (:mod:`commbench.kernels.model.nccl`), plus the host proxy's cost on every network
   step (``proxy_us``).
@@ -38,7 +41,44 @@ from commbench.kernels.model import nccl as nccl_table
 from commbench.kernels.model.alltoallv import Prediction
 from commbench.kernels.model.fabric import Fabric
 
-ALGORITHMS = ("nvrar", "ring", "recursive-doubling", "rabenseifner", "nccl")
+ALGORITHMS = ("nvrar", "ring", "recursive-doubling", "rabenseifner", "nccl", "mpi")
+
+#: Open MPI ``coll/tuned``'s fixed all-reduce decision for commutative operations:
+#: per communicator size below a bound, (size bound in bytes, algorithm) rows, the first
+#: row whose bound the buffer is under wins (None: every size). Algorithms are those
+#: modelled here (its ring and segmented ring as ``ring``; its "nonoverlapping" reduce +
+#: broadcast of 128+ ranks as ``rabenseifner``, not modelled separately).
+OMPI_ALLREDUCE = (
+    (4, ((8, "ring"), (4096, "recursive-doubling"), (8192, "ring"),
+         (16384, "recursive-doubling"), (262144, "ring"), (None, "rabenseifner"))),
+    (8, ((16, "ring"), (8192, "recursive-doubling"), (None, "rabenseifner"))),
+    (16, ((8192, "recursive-doubling"), (None, "rabenseifner"))),
+    (32, ((64, "ring"), (4096, "recursive-doubling"), (None, "rabenseifner"))),
+    (64, ((128, "ring"), (None, "rabenseifner"))),
+    (128, ((262144, "recursive-doubling"), (None, "rabenseifner"))),
+    (None, ((None, "rabenseifner"),)),
+)  # fmt: skip
+
+
+def ompi_allreduce_algorithm(nranks: int, n: int) -> str:
+    """The algorithm Open MPI's ``coll/tuned`` runs for an n-byte commutative
+    ``MPI_Allreduce`` on ``nranks`` ranks (:data:`OMPI_ALLREDUCE`)."""
+    for ranks_below, rows in OMPI_ALLREDUCE:
+        if ranks_below is None or nranks < ranks_below:
+            return next(a for below, a in rows if below is None or n < below)
+    raise AssertionError("unreachable: the table ends with a catch-all")
+
+
+def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
+    """``MPI_Allreduce`` as Open MPI's ``coll/tuned`` picks it (a flat algorithm over
+    all ranks, host-posted messages)."""
+    _check(n, nodes, fabric)
+    p = nodes * fabric.gpus_per_node
+    if p == 1:
+        return Prediction("mpi", np.full(1, fabric.stage_us), 0.0, {"algo": "none"})
+    algo = ompi_allreduce_algorithm(p, n)
+    pred = predict(algo, n, nodes, fabric)
+    return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
 def _check(n: int, nodes: int, fabric: Fabric) -> None:
@@ -272,6 +312,7 @@ def predict(algorithm: str, n: int, nodes: int, fabric: Fabric) -> Prediction:
         "recursive-doubling": recursive_doubling,
         "rabenseifner": rabenseifner,
         "nccl": nccl,
+        "mpi": mpi,
     }
     if algorithm not in table:
         raise ValueError(

@@ -28,7 +28,8 @@ from commbench.kernels.model import collectives as coll_model
 from commbench.kernels.model import tune as tune_model
 from commbench.units import format_size
 
-ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
+ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep", "mpi",
+                   "fast+sched")  # fmt: skip
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
 #: all-gather, reduce-scatter, broadcast: the algorithms modelled for each
 BLOCK_IMPLS = coll_model.ALGORITHMS
@@ -137,19 +138,21 @@ def alltoallv_points(
                     t0 = time.perf_counter()
                     extra: dict = {}
                     candidates = transfers = None
-                    if impl in ("fast", "balance-only") and tuned is None:
+                    if impl in ("fast", "fast+sched", "balance-only") and tuned is None:
                         report = _progress_printer(nodes, workload, size) if progress else None
-                        tuned = fast_schedule(
-                            traffic, fabric, unit, params or {}, tune and "fast" in impls, report
-                        )
+                        tuned = fast_schedule(traffic, fabric, unit, params or {},
+                                              tune and ("fast" in impls or "fast+sched" in impls),
+                                              report)  # fmt: skip
                         if report is not None:
                             sys.stderr.write("\r\033[K")  # clear the progress line
-                    if impl == "fast":
+                    if impl in ("fast", "fast+sched"):
                         pred, transfers = tuned.prediction, tuned.transfers
                         extra = _schedule_info(tuned, tune)
                         candidates = tuned.candidates if tune else None
-                        if call_costs:
+                        # fast+sched makes its schedule inside every call: always paid
+                        if call_costs or impl == "fast+sched":
                             pred, extra["call"] = _with_call_costs(pred, p, fabric)
+                            pred = dataclasses.replace(pred, impl=impl)
                     elif impl == "balance-only":
                         transfers = tuned.default_transfers
                         pred = a2a_model.balance_only(traffic, transfers, fabric)
@@ -177,6 +180,7 @@ _BASELINES = {
     "spreadout": a2a_model.spreadout,
     "pxn": a2a_model.pxn,
     "deepep": a2a_model.deepep,
+    "mpi": a2a_model.mpi,
 }
 
 
