@@ -69,12 +69,20 @@ def _now() -> float:
     return MPI.Wtime()
 
 
+def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
+    """A barrier whose waiting ranks sleep instead of spinning: on an oversubscribed
+    machine (the emulated cluster), idle ranks must not take the measured ranks' cores."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
 def _median_round(comm, body, reps: int) -> float:
     """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
-    every round starts from a barrier."""
+    every round starts from a barrier, and ranks done with a round sleep until the next."""
     times = []
     for _ in range(reps):
-        comm.Barrier()
+        _quiet_barrier(comm)
         t0 = _now()
         body()
         times.append(_now() - t0)
@@ -90,23 +98,24 @@ def _max_op():
     return MPI.MAX
 
 
-def _pingpong(comm, a: int, b: int, nbytes: int, reps: int) -> float:
-    """Round-trip seconds of ``nbytes`` from rank ``a`` to ``b`` and 8 B back.
-    Collective: every rank calls it."""
+def _pingpong(comm, a: int, b: int, nbytes: int, reps: int, trips: int = 1) -> float:
+    """Round-trip seconds of ``nbytes`` from rank ``a`` to ``b`` and 8 B back (median
+    over ``reps`` rounds of ``trips`` round trips each). Collective: every rank calls it."""
     buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
     ack = np.zeros(8, dtype=np.uint8)
     rank = comm.rank
 
     def body() -> None:
-        if rank == a:
-            comm.Send(buf[:nbytes], dest=b, tag=1)
-            comm.Recv(ack, source=b, tag=2)
-        elif rank == b:
-            comm.Recv(buf[:nbytes], source=a, tag=1)
-            comm.Send(ack, dest=a, tag=2)
+        for _ in range(trips):
+            if rank == a:
+                comm.Send(buf[:nbytes], dest=b, tag=1)
+                comm.Recv(ack, source=b, tag=2)
+            elif rank == b:
+                comm.Recv(buf[:nbytes], source=a, tag=1)
+                comm.Send(ack, dest=a, tag=2)
 
     body()  # warm-up: connections
-    return _median_round(comm, body, reps)
+    return _median_round(comm, body, reps) / trips
 
 
 def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
@@ -229,7 +238,7 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     if nodes > 1:
         tiers.append(("scaleout", g))
     for tier, peer in tiers:
-        add("pingpong", tier, 1, 8, _pingpong(comm, 0, peer, 8, reps * 4) / 2, reps * 4)
+        add("pingpong", tier, 1, 8, _pingpong(comm, 0, peer, 8, reps, 20) / 2, reps * 20)
         add("stream", tier, 1, nbytes, _pingpong(comm, 0, peer, nbytes, reps), reps)
     if nodes > 1:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
