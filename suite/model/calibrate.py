@@ -12,8 +12,9 @@ constants and writes two files:
 
 Nothing is taken from the collectives the profile is used to predict. The points:
 
-``pingpong``
-    8 B one-way latency between two ranks of one node and of two nodes.
+``pingpong``, ``pingpong-all``
+    8 B one-way latency between two ranks of one node and of two nodes, one pair alone
+    and every rank in a pair at once.
 ``stream``
     one rank streams ``--bytes`` to one peer (in one message, an 8 B ack back): the rate
     of one scale-up link and of one NIC.
@@ -98,21 +99,26 @@ def _max_op():
     return MPI.MAX
 
 
-def _pingpong(comm, a: int, b: int, nbytes: int, reps: int, trips: int = 1) -> float:
-    """Round-trip seconds of ``nbytes`` from rank ``a`` to ``b`` and 8 B back (median
-    over ``reps`` rounds of ``trips`` round trips each). Collective: every rank calls it."""
+def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
+    """Round-trip seconds of ``nbytes`` from ``a`` to ``b`` and 8 B back, for every pair
+    ``(a, b)`` at once (median over ``reps`` rounds of ``trips`` round trips each, the
+    slowest pair). Collective: every rank calls it."""
     buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
     ack = np.zeros(8, dtype=np.uint8)
     rank = comm.rank
+    role = {a: (b, True) for a, b in pairs} | {b: (a, False) for a, b in pairs}
+    peer, first = role.get(rank, (None, False))
 
     def body() -> None:
+        if peer is None:
+            return
         for _ in range(trips):
-            if rank == a:
-                comm.Send(buf[:nbytes], dest=b, tag=1)
-                comm.Recv(ack, source=b, tag=2)
-            elif rank == b:
-                comm.Recv(buf[:nbytes], source=a, tag=1)
-                comm.Send(ack, dest=a, tag=2)
+            if first:
+                comm.Send(buf[:nbytes], dest=peer, tag=1)
+                comm.Recv(ack, source=peer, tag=2)
+            else:
+                comm.Recv(buf[:nbytes], source=peer, tag=1)
+                comm.Send(ack, dest=peer, tag=2)
 
     body()  # warm-up: connections
     return _median_round(comm, body, reps) / trips
@@ -218,6 +224,19 @@ def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     return statistics.median(times[1:])
 
 
+def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
+    """Disjoint pairs that keep as many ranks as possible busy on one tier: local index
+    ``l`` with ``l ^ 1`` of the same node (scale-up), node ``n`` with ``n ^ 1`` at the
+    same local index (scale-out)."""
+    pairs = []
+    for r in range(nranks):
+        node, local = divmod(r, g)
+        other = (node * g + (local ^ 1)) if tier == "scaleup" else ((node ^ 1) * g + local)
+        if r < other < nranks and (tier == "scaleout" or (local ^ 1) < g):
+            pairs.append((r, other))
+    return pairs
+
+
 def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """Every microbenchmark on ``comm`` (ranks ordered node by node, ``gpus_per_node``
     per node); the raw points, on every rank (the same list). Collective."""
@@ -238,8 +257,11 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     if nodes > 1:
         tiers.append(("scaleout", g))
     for tier, peer in tiers:
-        add("pingpong", tier, 1, 8, _pingpong(comm, 0, peer, 8, reps, 20) / 2, reps * 20)
-        add("stream", tier, 1, nbytes, _pingpong(comm, 0, peer, nbytes, reps), reps)
+        add("pingpong", tier, 1, 8, _pingpong(comm, [(0, peer)], 8, reps, 20) / 2, reps * 20)
+        busy = busy_pairs(p, g, tier)
+        secs = _pingpong(comm, busy, 8, reps, 20) / 2
+        add("pingpong-all", tier, 2 * len(busy), 8, secs, reps * 20)
+        add("stream", tier, 1, nbytes, _pingpong(comm, [(0, peer)], nbytes, reps), reps)
     if nodes > 1:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
@@ -270,8 +292,11 @@ def _one(points: list[dict], kind: str, tier: str | None = None) -> dict | None:
 def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict]:
     """``([fabric] constants, what each was fitted from)`` from the raw points.
 
-    Latency = the 8 B ping-pong's one-way time (half the round trip); a link's rate =
-    its bytes over the stream's round trip less two latencies (its own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
+    Latency = the 8 B ping-pong's one-way time (half the round trip) with every rank
+    ping-ponging at once (``pingpong-all``: what a message costs while a collective keeps
+    every rank busy; on an oversubscribed machine far above the quiet ``pingpong``); a
+    link's rate = its bytes over the stream's round trip less two quiet latencies (its
+    own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
     ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
     the fabric has no cap of its own); incast = the least-squares slope of
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
@@ -282,15 +307,17 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     why: dict[str, str] = {}
 
     def rate(tier: str) -> tuple[float, float]:
-        lat = _one(points, "pingpong", tier)["time_us"]
+        quiet = _one(points, "pingpong", tier)["time_us"]
+        busy = _one(points, "pingpong-all", tier) or _one(points, "pingpong", tier)
         s = _one(points, "stream", tier)
-        return lat, s["bytes"] / max(s["time_us"] - 2 * lat, 1e-3) / 1e3
+        return busy["time_us"], s["bytes"] / max(s["time_us"] - 2 * quiet, 1e-3) / 1e3
 
     if g > 1:
         lat, bw = rate("scaleup")
         c.update(scaleup_GBps=bw, scaleup_peer_GBps=bw, scaleup_latency_us=lat)
         why.update(
-            scaleup_latency_us="8 B ping-pong between two ranks of node 0, half the round trip",
+            scaleup_latency_us="8 B ping-pong, half the round trip, every rank of a node paired "
+            "with another of its node at once (a collective keeps every rank busy)",
             scaleup_GBps=f"one stream of {_one(points, 'stream', 'scaleup')['bytes']} B "
             "between two ranks of node 0 (8 B ack back), less two latencies",
             scaleup_peer_GBps="as scaleup_GBps (one peer at a time)",
@@ -307,7 +334,8 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     lat, nic = rate("scaleout")
     c.update(scaleout_GBps=nic, scaleout_latency_us=lat, nics_per_node=g)
     why.update(
-        scaleout_latency_us="8 B ping-pong between rank 0 and a rank of node 1, half the round trip",
+        scaleout_latency_us="8 B ping-pong, half the round trip, every rank paired with the "
+        "rank of its index on another node at once (a collective keeps every rank busy)",
         scaleout_GBps=f"one stream of {_one(points, 'stream', 'scaleout')['bytes']} B "
         "from rank 0 to node 1 (8 B ack back), less two latencies",
         nics_per_node="one NIC per rank: every rank streamed at once through its own (allnics)",
