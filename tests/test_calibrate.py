@@ -102,7 +102,12 @@ def test_toml_writer_round_trips_what_profiles_hold():
 
 
 def test_busy_pairs_keep_every_rank_paired_once():
-    for p, g, tier in ((8, 4, "scaleup"), (8, 4, "scaleout"), (8, 1, "scaleout"), (6, 3, "scaleup")):
+    for p, g, tier in (
+        (8, 4, "scaleup"),
+        (8, 4, "scaleout"),
+        (8, 1, "scaleout"),
+        (6, 3, "scaleup"),
+    ):
         pairs = cal.busy_pairs(p, g, tier)
         ranks = [r for pair in pairs for r in pair]
         assert len(ranks) == len(set(ranks))
@@ -192,9 +197,10 @@ def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
     )
     # all-reduce: 8 single-rank nodes exchanging at once share the cap
     one = fabric(gpus_per_node=1, scaleup_GBps=math.inf)
-    assert ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us > ar_model.ring(
-        1 << 20, 8, one
-    ).time_us
+    assert (
+        ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us
+        > ar_model.ring(1 << 20, 8, one).time_us
+    )
 
 
 def test_mpi_models_follow_open_mpi_tuned_choices():
@@ -213,3 +219,31 @@ def test_mpi_models_follow_open_mpi_tuned_choices():
     pred = ar_model.predict("mpi", 1 << 20, 4, f)
     assert pred.info["algo"] == "rabenseifner"
     assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, f).time_us
+
+
+# ---------------------------------------------------------------- the job experiment
+
+
+def test_calibrate_experiment_renders_a_calibrate_step_on_every_system():
+    from tests.test_jobs import render
+
+    job = render("perlmutter", 2, experiment="calibrate")
+    line = next(ln for ln in job.script.splitlines() if ln.startswith("run_step "))
+    words = line.split()
+    assert words[3:6] == ["-m", "commbench", "calibrate"]
+    out = words[words.index("--out") + 1]
+    assert out.endswith("/calibrated-perlmutter.toml") and str(job.run_dir) in out
+    assert words[words.index("--base") + 1] == "perlmutter"
+    emulated = render("local", 1, experiment="calibrate").script
+    assert "--gpus-per-node 2" in emulated  # the emulated grouping, as for `run`
+
+
+def test_a_calibrate_step_takes_no_collective():
+    from commbench.errors import UsageError
+    from commbench.jobs.experiments import parse_step
+
+    assert parse_step({"command": "calibrate"}, "here").command == "calibrate"
+    with pytest.raises(UsageError, match="takes no collective"):
+        parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
+    with pytest.raises(UsageError, match="collective must be one of"):
+        parse_step({"impls": {"cpu": ["mpi"]}}, "here")

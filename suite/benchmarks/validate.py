@@ -215,7 +215,8 @@ def table(df: pd.DataFrame) -> str:
         ratio = model / r.measured_us if model else None
         impl = r.impl + (f" ({r.algo})" if isinstance(r.algo, str) and r.impl == "mpi" else "")
         lines.append(
-            f"| {r.shape} | {r.queue} | {r.collective} | {r.workload or '-'} | "
+            f"| {r.shape} | {r.queue} | {r.collective} | "
+            f"{r.workload if isinstance(r.workload, str) else '-'} | "
             f"{format_size(int(r.size))} | {impl} | {r.measured_us / 1e3:.2f} | "
             + (f"{model / 1e3:.2f} | {ratio:.2f} | {'yes' if lo <= ratio <= hi else 'no'} |"
                if model else "n/a | n/a | n/a |")
@@ -226,6 +227,30 @@ def table(df: pd.DataFrame) -> str:
     lines += ["", f"{sum(inside)} of {len(inside)} modelled points within {lo}-{hi} of the "
               "measurement."]  # fmt: skip
     return "\n".join(lines)
+
+
+def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
+    """The rows with their model column made again from the run's calibrated profiles
+    (``folder/profile-SHAPE-QUEUE.toml``): the measurements kept, the model re-run."""
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["shape"], r["queue"], r["collective"]), []).append(r)
+    for (shape, queue, collective), mine in groups.items():
+        tag = f"{shape}-{queue}"
+        nodes = int(shape.split("x")[0])
+        impls = sorted({r["impl"] for r in mine})
+        sizes = sorted({int(r["size"]) for r in mine})
+        workloads = sorted({r["workload"] for r in mine if isinstance(r["workload"], str)})
+        model = modelled(folder / f"profile-{tag}.toml", collective, nodes, impls, sizes,
+                         workloads or None, seed, folder / f"remodel-{tag}-{collective}.jsonl")  # fmt: skip
+        pred = {_key(m): m for m in model}
+        for r in mine:
+            m = pred.get((collective, r["workload"] if collective == "alltoallv" else None,
+                          int(r["size"]), r["impl"]))  # fmt: skip
+            info = (m or {}).get("info") or {}
+            out.append({**r, "model_us": m["time_us"] if m else None, "algo": info.get("algo")})
+    return out
 
 
 def write_doc(doc: Path, text: str) -> None:
@@ -264,10 +289,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
     p.add_argument("--doc", type=Path, default=None, help="also write the table into this doc")
     p.add_argument("--tables", type=Path, default=None, help="only redraw a rows.jsonl's table")
+    p.add_argument("--remodel", action="store_true",
+                   help="with --tables: model the points again from the run's profiles")  # fmt: skip
     args = p.parse_args(argv)
     if args.tables:
         rows = pd.read_json(args.tables, lines=True).to_dict("records")
-        text = report(rows, f"(redrawn from {args.tables})")
+        if args.remodel:
+            rows = remodel(rows, args.tables.parent, args.seed)
+        text = report(rows, f"(measured in {args.tables.parent}; model "
+                            f"{'re-run now' if args.remodel else 'as recorded'})")  # fmt: skip
         print(text)
         if args.doc:
             write_doc(args.doc, text)
