@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 
 from commbench.cli import main
 from commbench.jobs.profile import load_system, parse_profile
