@@ -296,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = pd.read_json(args.tables, lines=True).to_dict("records")
         if args.remodel:
             rows = remodel(rows, args.tables.parent, args.seed)
-        text = report(rows, f"(measured in {args.tables.parent}; model "
-                            f"{'re-run now' if args.remodel else 'as recorded'})")  # fmt: skip
+        saved = args.tables.parent / "header.md"
+        header = (
+            saved.read_text().strip() if saved.exists() else f"Measured in {args.tables.parent}."
+        )
+        if args.remodel:
+            header += " The model column was re-run from the run's profiles afterwards."
+        text = report(rows, header)
         print(text)
         if args.doc:
             write_doc(args.doc, text)
@@ -348,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} launch(es) per point, FAST untuned with the profile's stage cost "
         "(as the run), its synthesis outside the timed call (`fast`) or inside (`fast+sched`)."
     )
+    (args.out / "header.md").write_text(header + "\n")
     text = report(rows, header)
     (args.out / "validation.md").write_text(text + "\n")
     if args.doc:
