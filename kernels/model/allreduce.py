@@ -241,14 +241,15 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
     Each inter-node step is one put per partner through the NVSHMEM transport
     (``put_us``: a CPU proxy with libfabric, ~0 with IBGDA); with ``ll8`` its payload
-    moves at NCCL's LL share of the NIC (:data:`commbench.kernels.model.nccl.LL_RING_EFFICIENCY`:
+    moves at the LL8 share of the NIC (``fabric.ll8_share``; on GPUs NCCL's LL ring
+    efficiency, :data:`commbench.kernels.model.nccl.LL_RING_EFFICIENCY`:
     half the wire is flags, and 8-byte stores do not reach line rate).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     phases = 3 if g > 1 else 1
     chunk = n / g
-    share = nccl_table.LL_RING_EFFICIENCY if ll8 else 1.0
+    share = fabric.ll8_share if ll8 else 1.0
     rs = _intra_collective_us(n, fabric, reduce=True)
     node_ids = np.arange(nodes)
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]

@@ -88,6 +88,10 @@ class Fabric:
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
     fabric_GBps: float = math.inf
+    #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
+    #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
+    #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
+    ll8_share: float = 0.25
 
     def __post_init__(self) -> None:
         g = self.gpus_per_node
@@ -97,6 +101,8 @@ class Fabric:
             raise ValueError(f"fabric: nccl_ll128 must be true or false (got {self.nccl_ll128!r})")
         if self.scaleup_peer_GBps is None:
             object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
+        if not 0 < _number(self, "ll8_share") <= 1:
+            raise ValueError(f"fabric: ll8_share must be in (0, 1] (got {self.ll8_share!r})")
         for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps"):
             v = _number(self, name)
             if not v > 0 or (name == "nic_GBps" and math.isinf(v)):

@@ -33,6 +33,9 @@ ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
 #: all-gather, reduce-scatter, broadcast: the algorithms modelled for each
 BLOCK_IMPLS = coll_model.ALGORITHMS
+#: NVRAR's LL8 cells on the cpu backend: 4 payload bytes per 8-byte cell
+#: (``kernels/nvrar/cells.py``), put by MPI at the NIC's rate
+CPU_LL8_SHARE = 0.5
 #: command-line flag -> Fabric field
 OVERRIDES = {
     "nic_GBps": "nic_GBps",
@@ -67,7 +70,10 @@ def fabric_from_profile(
     if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
         raise UsageError(f"--gpus-per-node must be an integer >= 1 (got {g!r})")
     try:
-        return profile.fabric.per_gpu(profile.devices.gpus_per_node, g, flow_control, **overrides)
+        fabric = profile.fabric.per_gpu(profile.devices.gpus_per_node, g, flow_control, **overrides)
+        if profile.devices.backend == "cpu":  # NVRAR's cells move through MPI puts
+            fabric = fabric.with_(ll8_share=CPU_LL8_SHARE)
+        return fabric
     except ValueError as exc:
         raise UsageError(f"system {name!r}: {exc}") from None
 
