@@ -247,3 +247,13 @@ def test_a_calibrate_step_takes_no_collective():
         parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
     with pytest.raises(UsageError, match="collective must be one of"):
         parse_step({"impls": {"cpu": ["mpi"]}}, "here")
+
+
+def test_nvrar_cells_carry_half_the_wire_on_the_cpu_backend():
+    assert fabric_from_profile("local-cluster").ll8_share == 0.5  # MPI puts of LL8 cells
+    assert fabric_from_profile("perlmutter").ll8_share == 0.25  # NCCL's LL efficiency
+    f = fabric_from_profile("local-cluster")
+    slow = ar_model.nvrar(1 << 20, 4, f.with_(ll8_share=0.25)).time_us
+    assert ar_model.nvrar(1 << 20, 4, f).time_us < slow
+    with pytest.raises(ValueError, match="ll8_share"):
+        f.with_(ll8_share=0)
