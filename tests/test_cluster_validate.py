@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 
 import pandas as pd
+import tomllib
 
 from commbench.benchmarks import validate
 from commbench.cluster import netns
