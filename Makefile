@@ -29,7 +29,7 @@ endif
 export MPIEXEC
 
 .PHONY: install run test bench soak gpu-wheels gpu-check gpu-rehearsal figures report slurm jobs lint clean \
-	cluster-up cluster-run cluster-down cluster-bench cluster-slurm cluster-jobs
+	cluster-up cluster-run cluster-down cluster-bench cluster-validate cluster-slurm cluster-jobs
 
 install: $(VENV)/.installed
 
@@ -107,6 +107,14 @@ cluster-down: install
 
 cluster-bench: install
 	$(PY) -m commbench.benchmarks.cluster
+
+# Calibrate (microbenchmarks), then measure and predict side by side on its own clusters
+# (root; prefix cbval), the table into docs/model-validation.md. A reduced point list, e.g.
+#   make cluster-validate VALIDATE="--a2a-sizes 1M,4M --ar-sizes 256,4K,64K,1M,4M --iters 3"
+VALIDATE ?=
+
+cluster-validate: install
+	$(PY) -m commbench.benchmarks.validate --doc docs/model-validation.md $(VALIDATE)
 
 # A 2-node Slurm on the emulated cluster (root): slurmctld in node 0, one slurmd per node.
 #   `make cluster-down` stops it with the cluster.

@@ -21,6 +21,9 @@ puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of th
   nodes — one-sided puts of LL8 cells, each step paying the transport's ``put_us`` and
   moving its payload at the LL protocol's share of the NIC — then the intra-node
   all-gather. Three launched phases (one when g = 1: plain recursive doubling).
+* ``mpi``: ``MPI_Allreduce`` as Open MPI's ``coll/tuned`` chooses by rank count and
+  size (:data:`OMPI_ALLREDUCE`): recursive doubling for small buffers, Rabenseifner
+  (or a ring) for large ones.
 * ``nccl``: NCCL's own choice among tree/ring x LL/LL128/Simple with the constants of its
   ``tuning.cc`` (:mod:`commbench.kernels.model.nccl`), plus the host proxy's cost on every network
   step (``proxy_us``).
@@ -38,7 +41,44 @@ from commbench.kernels.model import nccl as nccl_table
 from commbench.kernels.model.alltoallv import Prediction
 from commbench.kernels.model.fabric import Fabric
 
-ALGORITHMS = ("nvrar", "ring", "recursive-doubling", "rabenseifner", "nccl")
+ALGORITHMS = ("nvrar", "ring", "recursive-doubling", "rabenseifner", "nccl", "mpi")
+
+#: Open MPI ``coll/tuned``'s fixed all-reduce decision for commutative operations:
+#: per communicator size below a bound, (size bound in bytes, algorithm) rows, the first
+#: row whose bound the buffer is under wins (None: every size). Algorithms are those
+#: modelled here (its ring and segmented ring as ``ring``; its "nonoverlapping" reduce +
+#: broadcast of 128+ ranks as ``rabenseifner``, not modelled separately).
+OMPI_ALLREDUCE = (
+    (4, ((8, "ring"), (4096, "recursive-doubling"), (8192, "ring"),
+         (16384, "recursive-doubling"), (262144, "ring"), (None, "rabenseifner"))),
+    (8, ((16, "ring"), (8192, "recursive-doubling"), (None, "rabenseifner"))),
+    (16, ((8192, "recursive-doubling"), (None, "rabenseifner"))),
+    (32, ((64, "ring"), (4096, "recursive-doubling"), (None, "rabenseifner"))),
+    (64, ((128, "ring"), (None, "rabenseifner"))),
+    (128, ((262144, "recursive-doubling"), (None, "rabenseifner"))),
+    (None, ((None, "rabenseifner"),)),
+)  # fmt: skip
+
+
+def ompi_allreduce_algorithm(nranks: int, n: int) -> str:
+    """The algorithm Open MPI's ``coll/tuned`` runs for an n-byte commutative
+    ``MPI_Allreduce`` on ``nranks`` ranks (:data:`OMPI_ALLREDUCE`)."""
+    for ranks_below, rows in OMPI_ALLREDUCE:
+        if ranks_below is None or nranks < ranks_below:
+            return next(a for below, a in rows if below is None or n < below)
+    raise AssertionError("unreachable: the table ends with a catch-all")
+
+
+def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
+    """``MPI_Allreduce`` as Open MPI's ``coll/tuned`` picks it (a flat algorithm over
+    all ranks, host-posted messages)."""
+    _check(n, nodes, fabric)
+    p = nodes * fabric.gpus_per_node
+    if p == 1:
+        return Prediction("mpi", np.full(1, fabric.stage_us), 0.0, {"algo": "none"})
+    algo = ompi_allreduce_algorithm(p, n)
+    pred = predict(algo, n, nodes, fabric)
+    return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
 def _check(n: int, nodes: int, fabric: Fabric) -> None:
@@ -64,16 +104,25 @@ def lower_bound_us(n: int, nodes: int, fabric: Fabric) -> float:
 
 
 def _link(
-    fabric: Fabric, cross: np.ndarray, nbytes: float, post_us: float, nic_share: float = 1.0
+    fabric: Fabric,
+    cross: np.ndarray,
+    nbytes: float,
+    post_us: float,
+    nic_share: float = 1.0,
+    concurrent: int = 1,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
     ``post_us``: what posting the message costs (host or proxy); ``nic_share``: the
-    fraction of the NIC's bandwidth the message's protocol gets for its payload.
+    fraction of the NIC's bandwidth the message's protocol gets for its payload;
+    ``concurrent``: messages of this size crossing the switch at the same time (they
+    share the fabric's ``fabric_GBps``).
     """
+    wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
+                      fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
     return post_us + np.where(
         cross,
-        fabric.nic_us + fabric.nic_time_us(nbytes) / nic_share,
+        fabric.nic_us + wire,
         fabric.scaleup_us + fabric.peer_time_us(nbytes),
     )
 
@@ -86,6 +135,7 @@ def _pairwise(
     fold: tuple[float, float],
     post_us: float | None = None,
     nic_share: float = 1.0,
+    width: int = 1,
 ) -> np.ndarray:
     """Finish times of a butterfly over ``len(node_of)`` participants.
 
@@ -93,7 +143,8 @@ def _pairwise(
     i XOR 2^bit, then reduces ``reduce`` bytes. Participants beyond the largest power of
     two fold in first (``fold = (wire, reduce)``) and get ``fold[0]`` bytes back at the end.
     ``post_us``: cost of posting one message (default ``msg_us``, two-sided host sends);
-    ``nic_share``: see :func:`_link`.
+    ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
+    (each sending its own message at once, as NVRAR's GPUs of one node do).
     """
     post = fabric.msg_us if post_us is None else post_us
     m = node_of.size
@@ -103,16 +154,19 @@ def _pairwise(
     lo = hi - p2
     if hi.size:
         wire, red = fold
-        arrive = t[hi] + _link(fabric, node_of[hi] != node_of[lo], wire, post, nic_share)
+        cross = node_of[hi] != node_of[lo]
+        arrive = t[hi] + _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
         t[lo] = np.maximum(t[lo], arrive) + fabric.reduce_time_us(red)
         t[hi] = arrive
     i = np.arange(p2)
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
-        cost = _link(fabric, node_of[i] != node_of[j], wire, post, nic_share)
+        cross = node_of[i] != node_of[j]
+        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
-        back = _link(fabric, node_of[hi] != node_of[lo], fold[0], post, nic_share)
+        cross = node_of[hi] != node_of[lo]
+        back = _link(fabric, cross, fold[0], post, nic_share, width * int(cross.sum()))
         t[hi] = np.maximum(t[hi], t[lo]) + back
         t[lo] = t[lo] + back
     return t
@@ -155,7 +209,7 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
         t = fabric.stage_us
     else:
         cross = np.array(nodes > 1)
-        step = float(_link(fabric, cross, n / p, fabric.msg_us))
+        step = float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes))
         t = fabric.stage_us + 2 * (p - 1) * step + fabric.reduce_time_us((p - 1) / p * n)
     return Prediction(
         "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
@@ -187,19 +241,21 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
 
     Each inter-node step is one put per partner through the NVSHMEM transport
     (``put_us``: a CPU proxy with libfabric, ~0 with IBGDA); with ``ll8`` its payload
-    moves at NCCL's LL share of the NIC (:data:`commbench.kernels.model.nccl.LL_RING_EFFICIENCY`:
+    moves at the LL8 share of the NIC (``fabric.ll8_share``; on GPUs NCCL's LL ring
+    efficiency, :data:`commbench.kernels.model.nccl.LL_RING_EFFICIENCY`:
     half the wire is flags, and 8-byte stores do not reach line rate).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     phases = 3 if g > 1 else 1
     chunk = n / g
-    share = nccl_table.LL_RING_EFFICIENCY if ll8 else 1.0
+    share = fabric.ll8_share if ll8 else 1.0
     rs = _intra_collective_us(n, fabric, reduce=True)
     node_ids = np.arange(nodes)
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
-    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share)
+    t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share,
+                        width=g)  # fmt: skip
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {
@@ -257,6 +313,7 @@ def predict(algorithm: str, n: int, nodes: int, fabric: Fabric) -> Prediction:
         "recursive-doubling": recursive_doubling,
         "rabenseifner": rabenseifner,
         "nccl": nccl,
+        "mpi": mpi,
     }
     if algorithm not in table:
         raise ValueError(

@@ -20,6 +20,8 @@ copy and costs nothing. The steps are those of the executors in the FAST paper:
   docs/cost-model.md).
 * ``balance_only``: balancing, then every rail transfer at once (incast up to S - 1
   senders per NIC), then all redistribution.
+* ``mpi``: ``MPI_Alltoallv`` as Open MPI's ``coll/tuned`` picks it by communicator size
+  (basic linear = ``fanout``'s one step, pairwise = ``spreadout``'s steps).
 * ``pxn`` (NCCL's PXN-like fan-out): bytes for GPU j of another server first move over
   scale-up to GPU j of the sender's server, which sends them over rail j; ``deepep``
   (DeepEP-like dispatch): bytes go over the sender's own rail to the same-index GPU of the
@@ -219,6 +221,24 @@ def call_overhead_us(nranks: int, fabric: Fabric, synthesis_us: float) -> dict:
         "synthesis_us": float(synthesis_us),
         "call_us": gather + float(synthesis_us),
     }
+
+
+def ompi_alltoallv_algorithm(nranks: int) -> str:
+    """Open MPI's ``coll/tuned`` fixed choice for ``MPI_Alltoallv`` (it looks only at the
+    communicator size): ``"basic_linear"`` (every Irecv/Isend posted at once) or
+    ``"pairwise"`` (P - 1 exchanges with r + k / r - k)."""
+    p = int(nranks)
+    if p < 4 or 64 <= p < 128 or 256 <= p < 1024:
+        return "pairwise"
+    return "basic_linear"
+
+
+def mpi(traffic: np.ndarray, fabric: Fabric) -> Prediction:
+    """``MPI_Alltoallv`` as Open MPI's ``coll/tuned`` runs it by default: basic linear is
+    :func:`fanout`'s one step, pairwise is :func:`spreadout`'s P - 1 steps."""
+    algo = ompi_alltoallv_algorithm(np.asarray(traffic).shape[0])
+    pred = fanout(traffic, fabric) if algo == "basic_linear" else spreadout(traffic, fabric)
+    return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
 def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:

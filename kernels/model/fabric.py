@@ -22,6 +22,12 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   share it like a NIC's (without incast loss); a flow is also capped by the link to its
   peer, ``scaleup_peer_GBps`` (equal to the port behind NVSwitch; one xGMI link of seven
   on MI300X), so it lasts at least ``bytes / scaleup_peer_GBps``.
+* ``fabric_GBps`` caps the bytes that cross the switch per second, all NICs together
+  (infinite by default: a non-blocking fabric). Where it binds, a step's scale-out flows
+  last at least all of the step's scale-out bytes over it (they share it as they share a
+  port). A measured property: ``commbench calibrate`` streams through every NIC at once
+  and keeps the rate when it is below the NICs' sum (on the emulated cluster, 2 shared
+  cores carry every packet, so 8 busy NICs reach less than 8 x one).
 
 The makespan of one step is therefore at least the busiest port's bytes over its
 bandwidth — the lower bound — and a flow into a hot port holds its sender until that port
@@ -81,6 +87,11 @@ class Fabric:
     put_us: float = 0.0
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
+    fabric_GBps: float = math.inf
+    #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
+    #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
+    #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
+    ll8_share: float = 0.25
 
     def __post_init__(self) -> None:
         g = self.gpus_per_node
@@ -90,7 +101,9 @@ class Fabric:
             raise ValueError(f"fabric: nccl_ll128 must be true or false (got {self.nccl_ll128!r})")
         if self.scaleup_peer_GBps is None:
             object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
-        for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps"):
+        if not 0 < _number(self, "ll8_share") <= 1:
+            raise ValueError(f"fabric: ll8_share must be in (0, 1] (got {self.ll8_share!r})")
+        for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps"):
             v = _number(self, name)
             if not v > 0 or (name == "nic_GBps" and math.isinf(v)):
                 raise ValueError(
@@ -132,6 +145,10 @@ class Fabric:
     def peer_time_us(self, nbytes) -> np.ndarray | float:
         """Time for ``nbytes`` from one GPU to one peer of its node (port and link)."""
         return nbytes / (min(self.scaleup_GBps, self.scaleup_peer_GBps) * _BYTES_PER_US)
+
+    def fabric_time_us(self, nbytes) -> np.ndarray | float:
+        """Time for ``nbytes`` through the switch, all NICs together (0 when uncapped)."""
+        return nbytes / (self.fabric_GBps * _BYTES_PER_US)
 
     def reduce_time_us(self, nbytes) -> np.ndarray | float:
         """Time to reduce ``nbytes`` of incoming data into a buffer."""
@@ -216,6 +233,8 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         extra = np.maximum(senders - 1, 0)
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
+    if nic and math.isfinite(fabric.fabric_GBps):
+        duration = np.maximum(duration, fabric.fabric_time_us(nb.sum()))
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration

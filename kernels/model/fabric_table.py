@@ -40,7 +40,9 @@ class FabricTable(BaseModel):
       ``switch_buffer_MB`` (a receiving port's share of the switch buffer) with
       ``incast_lossless`` / ``incast_lossy`` (loss per extra sender once it overflows)
       and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
-      (false where NCCL disables its LL128 protocol: GPU-NIC path through the CPU).
+      (false where NCCL disables its LL128 protocol: GPU-NIC path through the CPU);
+      ``fabric_GBps`` (the bytes all NICs together move through the switch per second,
+      where that is below their sum: measured by ``commbench calibrate``).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -65,6 +67,7 @@ class FabricTable(BaseModel):
     incast_lossy: float | None = Field(None, ge=0)
     flow_control: Literal["lossless", "lossy"] | None = None
     nccl_ll128: bool | None = None
+    fabric_GBps: float | None = Field(None, gt=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -97,7 +100,8 @@ class FabricTable(BaseModel):
             "scaleup_us": self.scaleup_latency_us,
             "stage_us": self.stage_cost_us,
         }
-        optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB", "nccl_ll128")
+        optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
+                    "nccl_ll128", "fabric_GBps")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         case = flow_control or self.flow_control
         if case is not None:

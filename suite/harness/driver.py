@@ -25,6 +25,7 @@ from commbench.harness import collectives, metrics, results
 from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
 from commbench.harness.iterclock import IterationClock, slowest_rank_samples
+from commbench.harness.system_fabric import STAGE_COST_IMPLS, stage_cost
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels.dtypes import dtype_name
@@ -114,8 +115,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument(
         "--system",
-        default=os.environ.get("COMMBENCH_SYSTEM", "local"),
-        help="system name stored in the records",
+        default=None,
+        help="system stored in the records (default $COMMBENCH_SYSTEM, else local): a "
+        "shipped profile's name or a profile file PATH.toml gives fast/fast+sched their "
+        "stage cost (stage_cost_bytes) unless --param sets it",
     )
     p.add_argument(
         "--watchdog",
@@ -155,6 +158,8 @@ class Config:
     out: str | None = None
     resume: bool = False
     system: str = "local"
+    #: fast/fast+sched's stage cost from the system profile (None: not from a profile)
+    stage_cost: dict | None = None
     watchdog_s: float = 300.0
     reference: str | None = None
     launch: int | None = None
@@ -195,6 +200,16 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(exc.args[0]) from None
     params = parse_params(args.param)
     spec.check_params(params)
+    named = args.system or os.environ.get("COMMBENCH_SYSTEM") or None
+    stage = None
+    if spec.name in STAGE_COST_IMPLS:  # the record says where the stage cost came from
+        if "stage_cost_bytes" in params:
+            stage = {"bytes": params["stage_cost_bytes"], "source": "--param stage_cost_bytes"}
+        else:
+            stage = stage_cost(named) or {"bytes": None, "source": "none: the scheduler's "
+                                          "default (no --system profile)"}  # fmt: skip
+            if stage["bytes"] is not None:
+                params["stage_cost_bytes"] = stage["bytes"]
     dtype = parse_dtype(args.datatype)
     if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
         raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
@@ -280,7 +295,8 @@ def make_config(args: argparse.Namespace) -> Config:
         root=args.root,
         out=args.out,
         resume=args.resume,
-        system=args.system,
+        system=named or "local",
+        stage_cost=stage,
         watchdog_s=args.watchdog,
         reference=args.reference,
         launch=args.launch,
@@ -667,6 +683,8 @@ class Sweep:
             impl.run(case)
             nwrong = collectives.count_wrong(t, point, rep=index)
         info = impl.info() if hasattr(impl, "info") else {}
+        if cfg.stage_cost is not None:
+            info = {**info, "stage_cost": cfg.stage_cost}
         return {
             "time_us": per_call_us,
             "host_us": host_us,

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -56,10 +56,13 @@ class StepOverride(BaseModel):
 
 
 class StepTable(StepOverride):
-    """One ``[[NAME.steps]]`` table of ``jobs/experiments.toml``."""
+    """One ``[[NAME.steps]]`` table of ``jobs/experiments.toml``: a ``commbench run``
+    sweep (``collective``, ``impls``), or ``command = "calibrate"`` (``commbench
+    calibrate``: the system's profile measured, written next to the results)."""
 
-    collective: str
-    impls: dict[str, list[str]]
+    command: Literal["run", "calibrate"] = "run"
+    collective: str = ""
+    impls: dict[str, list[str]] = {}
     by_system: dict[str, StepOverride] = {}
 
 
@@ -92,6 +95,7 @@ class Step:
     inplace: str | None = None  # --inplace 0|1|both
     external: tuple[str, ...] = ()  # "TOOL" or "TOOL:BINARY" (commbench.jobs.external)
     by_system: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    command: str = "run"  # or "calibrate": `commbench calibrate`, no collective
 
     def for_system(self, system: str) -> Step:
         """This step with ``by_system.SYSTEM`` overrides applied (and re-validated)."""
@@ -110,6 +114,11 @@ class Experiment:
 
 
 def _validate_step(step: Step, where: str) -> Step:
+    if step.command == "calibrate":
+        if step.collective or step.impls or step.external or step.workload:
+            raise UsageError(f"{where}: a calibrate step takes no collective, impls, "
+                             "external or workload (it runs microbenchmarks only)")  # fmt: skip
+        return step
     if step.collective not in COLLECTIVES:
         raise UsageError(f"{where}: collective must be one of {', '.join(COLLECTIVES)}")
     for backend, names in step.impls.items():
@@ -177,9 +186,8 @@ def parse_step(data: Mapping, where: str) -> Step:
             )
         by_system[system] = _step_fields(over, f"{where} [by_system] [{system}]")
     impls = {backend: tuple(names) for backend, names in table.impls.items()}
-    step = _validate_step(
-        Step(impls=impls, by_system=by_system, **_step_fields(table, where)), where
-    )
+    fields = {"collective": "", **_step_fields(table, where)}
+    step = _validate_step(Step(impls=impls, by_system=by_system, **fields), where)
     for system in by_system:
         step.for_system(system)
     return step
@@ -248,7 +256,8 @@ class RunCommand:
     name: str  # also the log file's stem: "01-allreduce-nvrar"
     collective: str
     impl: str
-    args: tuple[str, ...]  # after `python -m commbench run`
+    args: tuple[str, ...]  # after `python -m commbench COMMAND`
+    command: str = "run"  # or "calibrate"
 
 
 @dataclass(frozen=True)
@@ -367,6 +376,14 @@ def plan_runs(
     gpn = profile.devices.gpus_per_node if profile.emulated else None
     for step in experiment.steps:
         step = step.for_system(profile.name)
+        if step.command == "calibrate":
+            out = str(Path(results_file).with_name(f"calibrated-{profile.name}.toml"))
+            args = ["--out", out, "--base", profile.name]
+            if gpn is not None:
+                args += ["--gpus-per-node", str(gpn)]
+            runs.append(RunCommand(f"{len(runs) + 1:02d}-calibrate", "calibrate", "",
+                                   tuple(args), "calibrate"))  # fmt: skip
+            continue
         planned = []
         for impl in step.impls.get(backend, ()):
             backends = available.get((step.collective, impl))

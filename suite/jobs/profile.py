@@ -321,6 +321,24 @@ def load_profile(name: str, systems_dir: Path = SYSTEMS_DIR) -> Profile:
     return parse_profile(load_toml(path), path)
 
 
+def is_profile_path(name: str) -> bool:
+    """``name`` is a profile file (``PATH.toml``, e.g. ``commbench calibrate``'s), not
+    the name of a shipped profile."""
+    return name.endswith(".toml") or "/" in name
+
+
+def load_system(name: str) -> Profile:
+    """A shipped profile by name (:func:`load_profile`) or a profile file ``PATH.toml``
+    (``UsageError`` naming it if it is missing or not a valid profile)."""
+    if not is_profile_path(name):
+        return load_profile(name)
+    path = Path(name)
+    if not path.is_file():
+        raise UsageError(f"system profile {name}: no such file (give a NAME.toml that "
+                         "`commbench calibrate` wrote, or a shipped name)")  # fmt: skip
+    return parse_profile(load_toml(path), path)
+
+
 def parse_profile(data: Mapping, path: Path) -> Profile:
     """Validate profile ``data`` (read from ``path``) into a :class:`Profile`."""
     if isinstance(data, Mapping) and "path" in data:

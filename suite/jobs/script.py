@@ -152,7 +152,7 @@ def render_job(
         "launch_options": list(spec.options),
         "launch_wrapper": [expand(w, places) for w in spec.wrapper],
         "calibration": calibration,
-        "runs": [{"name": r.name, "args": list(r.args)} for r in runs],
+        "runs": [{"name": r.name, "command": r.command, "args": list(r.args)} for r in runs],
         "externals": [
             {
                 "name": e.name,

@@ -234,7 +234,9 @@ def _add_simulate_parser(sub) -> None:
         "optionally append JSONL records marked modelled.",
     )
     p.add_argument("collective", choices=("alltoallv", "allreduce", *BLOCK_IMPLS))
-    p.add_argument("--system", required=True, help="profile in jobs/systems (h200, ...)")
+    p.add_argument("--system", required=True,
+                   help="profile in jobs/systems (h200, ...) or a profile file PATH.toml "
+                   "(what `commbench calibrate` writes)")  # fmt: skip
     p.add_argument(
         "--servers",
         "--nodes",
@@ -554,8 +556,25 @@ def run_validation(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_calibrate_parser(sub) -> None:
+    from commbench.model import calibrate
+
+    p = sub.add_parser(
+        "calibrate",
+        help="measure a system profile with microbenchmarks (under mpiexec/srun, or "
+        "`commbench cluster exec`)",
+        description="Ping-pong latency and streaming rate inside a node and between nodes, "
+        "all NICs at once, N-to-1 incast, an empty stage round, the host cost per posted "
+        "message and the reduction rate; writes a system profile whose every constant is "
+        "measured, and the raw points. Never times the collectives the model predicts.",
+    )
+    calibrate.add_arguments(p)
+    p.set_defaults(func=calibrate.run_calibrate)
+
+
 def add_parser(sub) -> None:
     _add_simulate_parser(sub)
+    _add_calibrate_parser(sub)
     _add_offline_parsers(sub)
     _add_validation_parser(sub)
 

@@ -28,10 +28,14 @@ from commbench.kernels.model import collectives as coll_model
 from commbench.kernels.model import tune as tune_model
 from commbench.units import format_size
 
-ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep")
+ALLTOALLV_IMPLS = ("fast", "fanout", "spreadout", "balance-only", "pxn", "deepep", "mpi",
+                   "fast+sched")  # fmt: skip
 ALLREDUCE_IMPLS = ar_model.ALGORITHMS
 #: all-gather, reduce-scatter, broadcast: the algorithms modelled for each
 BLOCK_IMPLS = coll_model.ALGORITHMS
+#: NVRAR's LL8 cells on the cpu backend: 4 payload bytes per 8-byte cell
+#: (``kernels/nvrar/cells.py``), put by MPI at the NIC's rate
+CPU_LL8_SHARE = 0.5
 #: command-line flag -> Fabric field
 OVERRIDES = {
     "nic_GBps": "nic_GBps",
@@ -55,17 +59,21 @@ def fabric_from_profile(
     flow_control: str | None = None,
     **overrides: float | None,
 ) -> Fabric:
-    """The cost-model :class:`Fabric` of system ``name``: its profile's ``[fabric]`` for
+    """The cost-model :class:`Fabric` of system ``name`` (a shipped name or a profile
+    file ``PATH.toml``): its profile's ``[fabric]`` for
     ``gpus_per_node`` GPUs per node (default: the profile's) and ``flow_control``, with
     overrides applied (:meth:`commbench.kernels.model.fabric_table.FabricTable.per_gpu`)."""
-    from commbench.jobs.profile import load_profile
+    from commbench.jobs.profile import load_system
 
-    profile = load_profile(name)
+    profile = load_system(name)
     g = gpus_per_node
     if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
         raise UsageError(f"--gpus-per-node must be an integer >= 1 (got {g!r})")
     try:
-        return profile.fabric.per_gpu(profile.devices.gpus_per_node, g, flow_control, **overrides)
+        fabric = profile.fabric.per_gpu(profile.devices.gpus_per_node, g, flow_control, **overrides)
+        if profile.devices.backend == "cpu":  # NVRAR's cells move through MPI puts
+            fabric = fabric.with_(ll8_share=CPU_LL8_SHARE)
+        return fabric
     except ValueError as exc:
         raise UsageError(f"system {name!r}: {exc}") from None
 
@@ -136,22 +144,24 @@ def alltoallv_points(
                     t0 = time.perf_counter()
                     extra: dict = {}
                     candidates = transfers = None
-                    if impl in ("fast", "balance-only") and tuned is None:
+                    if impl in ("fast", "fast+sched", "balance-only") and tuned is None:
                         report = _progress_printer(nodes, workload, size) if progress else None
-                        tuned = fast_schedule(
-                            traffic, fabric, unit, params or {}, tune and "fast" in impls, report
-                        )
+                        tuned = fast_schedule(traffic, fabric, unit, params or {},
+                                              tune and ("fast" in impls or "fast+sched" in impls),
+                                              report)  # fmt: skip
                         if report is not None:
                             sys.stderr.write("\r\033[K")  # clear the progress line
-                    if impl == "fast":
+                    if impl in ("fast", "fast+sched"):
                         pred, transfers = tuned.prediction, tuned.transfers
                         extra = _schedule_info(tuned, tune)
                         extra["synthesis_warm_us"] = warm_synthesis_us(
                             traffic, g, unit, tuned.options
                         )
                         candidates = tuned.candidates if tune else None
-                        if call_costs:
+                        # fast+sched makes its schedule inside every call: always paid
+                        if call_costs or impl == "fast+sched":
                             pred, extra["call"] = _with_call_costs(pred, p, fabric)
+                            pred = dataclasses.replace(pred, impl=impl)
                     elif impl == "balance-only":
                         transfers = tuned.default_transfers
                         pred = a2a_model.balance_only(traffic, transfers, fabric)
@@ -179,6 +189,7 @@ _BASELINES = {
     "spreadout": a2a_model.spreadout,
     "pxn": a2a_model.pxn,
     "deepep": a2a_model.deepep,
+    "mpi": a2a_model.mpi,
 }
 
 

@@ -1,0 +1,603 @@
+"""``commbench calibrate``: a system profile measured by microbenchmarks.
+
+Started under the launcher like ``commbench run`` (``mpiexec``/``srun``, or ``commbench
+cluster exec`` on the emulated cluster). Every rank takes part; rank 0 fits the
+constants and writes two files:
+
+* ``PROFILE.toml``: a system profile in the shipped format (a base profile's launcher,
+  devices and environment, with this run's ``[fabric]``), every constant's source
+  ``measured: <run id> ...``;
+* ``PROFILE.points.jsonl``: the raw points (one JSON object per line, pandas reads it
+  with ``pd.read_json(path, lines=True)``), each with the run id.
+
+Nothing is taken from the collectives the profile is used to predict. The points:
+
+``pingpong``, ``pingpong-all``
+    8 B one-way latency between two ranks of one node and of two nodes, one pair alone
+    and every rank in a pair at once.
+``stream``
+    one rank streams ``--bytes`` to one peer (in one message, an 8 B ack back): the rate
+    of one scale-up link and of one NIC.
+``allnics``
+    every rank streams ``--bytes`` at once to the rank of the same local index on the
+    next node (a rail shift: every NIC sends and receives once, no incast): the rate
+    all NICs reach together; ``fabric_GBps`` is the switch-crossing bytes over that time.
+``incast``
+    k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
+    ...): the time over k single streams' gives the incast coefficient.
+``stage``
+    rounds of an empty exchange (0 bytes) with a rail partner, all ranks at once, the
+    partner shifting every round as FAST's stages do: one stage's fixed cost.
+``post``
+    rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
+    slope is the host cost per posted message.
+``reduce``
+    one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
+    (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
+
+Fitting and writing are pure functions (:func:`fit`, :func:`profile_data`,
+:func:`dump_toml`), tested without MPI.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commbench.errors import UsageError
+
+#: messages posted per burst in the ``post`` points
+POST_COUNTS = (1, 16, 64)
+#: what every raw point carries
+POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps")
+
+
+# ---------------------------------------------------------------- measuring (per rank)
+
+
+def _now() -> float:
+    from mpi4py import MPI
+
+    return MPI.Wtime()
+
+
+def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
+    """A barrier whose waiting ranks sleep instead of spinning: on an oversubscribed
+    machine (the emulated cluster), idle ranks must not take the measured ranks' cores."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
+def _median_round(comm, body, reps: int) -> float:
+    """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
+    every round starts from a barrier, and ranks done with a round sleep until the next."""
+    times = []
+    for _ in range(reps):
+        _quiet_barrier(comm)
+        t0 = _now()
+        body()
+        times.append(_now() - t0)
+    mine = np.array(times)
+    worst = np.empty_like(mine)
+    comm.Allreduce(mine, worst, op=_max_op())
+    return float(np.median(worst))
+
+
+def _max_op():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
+    """Round-trip seconds of ``nbytes`` from ``a`` to ``b`` and 8 B back, for every pair
+    ``(a, b)`` at once (median over ``reps`` rounds of ``trips`` round trips each, the
+    slowest pair). Collective: every rank calls it."""
+    buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    ack = np.zeros(8, dtype=np.uint8)
+    rank = comm.rank
+    role = {a: (b, True) for a, b in pairs} | {b: (a, False) for a, b in pairs}
+    peer, first = role.get(rank, (None, False))
+
+    def body() -> None:
+        if peer is None:
+            return
+        for _ in range(trips):
+            if first:
+                comm.Send(buf[:nbytes], dest=peer, tag=1)
+                comm.Recv(ack, source=peer, tag=2)
+            else:
+                comm.Recv(buf[:nbytes], source=peer, tag=1)
+                comm.Send(ack, dest=peer, tag=2)
+
+    body()  # warm-up: connections
+    return _median_round(comm, body, reps) / trips
+
+
+def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
+    """Every rank sends ``nbytes`` to ``pairs[rank][0]`` and receives from
+    ``pairs[rank][1]`` at once (ranks not in ``pairs`` idle); slowest rank's seconds."""
+    send = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    recv = np.zeros_like(send)
+    peers = pairs.get(comm.rank)
+
+    def body() -> None:
+        if peers is None:
+            return
+        to, frm = peers
+        reqs = []
+        if frm is not None:
+            reqs.append(comm.Irecv(recv[:nbytes], source=frm, tag=3))
+        if to is not None:
+            reqs.append(comm.Isend(send[:nbytes], dest=to, tag=3))
+        for r in reqs:
+            r.Wait()
+
+    body()
+    return _median_round(comm, body, reps)
+
+
+def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
+    """``senders`` each send ``nbytes`` to rank 0 at once; slowest rank's seconds."""
+    rank = comm.rank
+    send = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    recv = np.zeros((len(senders), max(nbytes, 1)), dtype=np.uint8)
+
+    def body() -> None:
+        if rank == 0:
+            reqs = [comm.Irecv(recv[i, :nbytes], source=s, tag=4) for i, s in enumerate(senders)]
+            for r in reqs:
+                r.Wait()
+        elif rank in senders:
+            comm.Send(send[:nbytes], dest=0, tag=4)
+
+    body()
+    return _median_round(comm, body, reps)
+
+
+def _stage_rounds(comm, g: int, rounds: int, reps: int) -> float:
+    """Seconds per round of ``rounds`` empty rail exchanges (shift 1, 2, ... nodes)."""
+    p, rank = comm.size, comm.rank
+    nodes = p // g
+    node, local = divmod(rank, g)
+    empty = np.zeros(1, dtype=np.uint8)
+
+    def body() -> None:
+        for k in range(rounds):
+            shift = 1 + k % (nodes - 1)
+            to = ((node + shift) % nodes) * g + local
+            frm = ((node - shift) % nodes) * g + local
+            r = comm.Irecv(empty[:0], source=frm, tag=5)
+            s = comm.Isend(empty[:0], dest=to, tag=5)
+            r.Wait()
+            s.Wait()
+
+    body()
+    return _median_round(comm, body, reps) / rounds
+
+
+def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
+    """Seconds for ``a`` to post ``n`` 8 B sends to ``b`` (which posts ``n`` receives),
+    wait for them all and get an 8 B ack."""
+    rank = comm.rank
+    bufs = np.zeros((n, 8), dtype=np.uint8)
+    ack = np.zeros(8, dtype=np.uint8)
+
+    def body() -> None:
+        if rank == a:
+            reqs = [comm.Isend(bufs[i], dest=b, tag=6) for i in range(n)]
+            for r in reqs:
+                r.Wait()
+            comm.Recv(ack, source=b, tag=7)
+        elif rank == b:
+            reqs = [comm.Irecv(bufs[i], source=a, tag=6) for i in range(n)]
+            for r in reqs:
+                r.Wait()
+            comm.Send(ack, dest=a, tag=7)
+
+    body()
+    return _median_round(comm, body, reps)
+
+
+def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
+    from commbench.kernels.reduce import reduce_into, storage
+
+    count = max(nbytes // dtype.itemsize, 1)
+    a = storage(np.ones(count, dtype=np.float32).astype(np.float32), dtype)
+    b = a.copy()
+    out = np.empty_like(a)
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        reduce_into(np, out, a, b, "sum", dtype)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
+    """Disjoint pairs that keep as many ranks as possible busy on one tier: local index
+    ``l`` with ``l ^ 1`` of the same node (scale-up), node ``n`` with ``n ^ 1`` at the
+    same local index (scale-out)."""
+    pairs = []
+    for r in range(nranks):
+        node, local = divmod(r, g)
+        other = (node * g + (local ^ 1)) if tier == "scaleup" else ((node ^ 1) * g + local)
+        if r < other < nranks and (tier == "scaleout" or (local ^ 1) < g):
+            pairs.append((r, other))
+    return pairs
+
+
+def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
+    """Every microbenchmark on ``comm`` (ranks ordered node by node, ``gpus_per_node``
+    per node); the raw points, on every rank (the same list). Collective."""
+    p, g = comm.size, gpus_per_node
+    nodes = p // g
+    reps, nbytes, ibytes = opts["reps"], opts["bytes"], opts["incast_bytes"]
+    points: list[dict] = []
+
+    def add(kind: str, tier: str, peers: int, size: int, seconds: float, n_reps: int) -> None:
+        us = seconds * 1e6
+        rate = size / seconds / 1e9 if seconds > 0 and size else None
+        points.append(dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
+                           time_us=us, GBps=rate))  # fmt: skip
+
+    tiers = []
+    if g > 1:
+        tiers.append(("scaleup", 1))
+    if nodes > 1:
+        tiers.append(("scaleout", g))
+    for tier, peer in tiers:
+        add("pingpong", tier, 1, 8, _pingpong(comm, [(0, peer)], 8, reps, 20) / 2, reps * 20)
+        busy = busy_pairs(p, g, tier)
+        secs = _pingpong(comm, busy, 8, reps, 20) / 2
+        add("pingpong-all", tier, 2 * len(busy), 8, secs, reps * 20)
+        add("stream", tier, 1, nbytes, _pingpong(comm, [(0, peer)], nbytes, reps), reps)
+    if nodes > 1:
+        rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
+                for r in range(p)}  # fmt: skip
+        add("allnics", "scaleout", p, nbytes, _exchange(comm, rail, nbytes, reps), reps)
+        remote = list(range(g, p))
+        k = 1
+        while k <= len(remote):
+            add("incast", "scaleout", k, ibytes, _incast(comm, remote[:k], ibytes, reps), reps)
+            k = k * 2 if k * 2 <= len(remote) or k == len(remote) else len(remote)
+        rounds = opts["stage_rounds"]
+        add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
+        for n in POST_COUNTS:
+            add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
+    dtype = opts["dtype"]
+    secs = _reduce_seconds(nbytes, dtype, reps) if comm.rank == 0 else 0.0
+    add("reduce", "local", 1, nbytes, comm.bcast(secs, root=0), reps)
+    return points
+
+
+# ---------------------------------------------------------------- fitting (pure)
+
+
+def _one(points: list[dict], kind: str, tier: str | None = None) -> dict | None:
+    hits = [q for q in points if q["kind"] == kind and (tier is None or q["tier"] == tier)]
+    return hits[0] if hits else None
+
+
+def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict]:
+    """``([fabric] constants, what each was fitted from)`` from the raw points.
+
+    Latency = the 8 B ping-pong's one-way time (half the round trip) with every rank
+    ping-ponging at once (``pingpong-all``: what a message costs while a collective keeps
+    every rank busy; on an oversubscribed machine far above the quiet ``pingpong``); a
+    link's rate = its bytes over the stream's round trip less two quiet latencies (its
+    own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
+    ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
+    the fabric has no cap of its own); incast = the least-squares slope of
+    ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
+    over n; ``stage_cost_us`` = an empty round less one latency and its two posts.
+    """
+    g, nodes = gpus_per_node, nranks // gpus_per_node
+    c: dict[str, Any] = {}
+    why: dict[str, str] = {}
+
+    def rate(tier: str) -> tuple[float, float]:
+        quiet = _one(points, "pingpong", tier)["time_us"]
+        busy = _one(points, "pingpong-all", tier) or _one(points, "pingpong", tier)
+        s = _one(points, "stream", tier)
+        return busy["time_us"], s["bytes"] / max(s["time_us"] - 2 * quiet, 1e-3) / 1e3
+
+    if g > 1:
+        lat, bw = rate("scaleup")
+        c.update(scaleup_GBps=bw, scaleup_peer_GBps=bw, scaleup_latency_us=lat)
+        why.update(
+            scaleup_latency_us="8 B ping-pong, half the round trip, every rank of a node paired "
+            "with another of its node at once (a collective keeps every rank busy)",
+            scaleup_GBps=f"one stream of {_one(points, 'stream', 'scaleup')['bytes']} B "
+            "between two ranks of node 0 (8 B ack back), less two latencies",
+            scaleup_peer_GBps="as scaleup_GBps (one peer at a time)",
+        )
+    else:
+        c.update(scaleup_GBps=0.0, scaleup_peer_GBps=0.0, scaleup_latency_us=0.0)
+        why.update({k: "one rank per node: no scale-up tier"
+                    for k in ("scaleup_GBps", "scaleup_peer_GBps", "scaleup_latency_us")})  # fmt: skip
+    if nodes < 2:
+        raise UsageError(
+            "calibrate needs at least two nodes (ranks on two hosts, or --gpus-per-node "
+            "below the rank count) to measure the scale-out tier"
+        )
+    lat, nic = rate("scaleout")
+    c.update(scaleout_GBps=nic, scaleout_latency_us=lat, nics_per_node=g)
+    why.update(
+        scaleout_latency_us="8 B ping-pong, half the round trip, every rank paired with the "
+        "rank of its index on another node at once (a collective keeps every rank busy)",
+        scaleout_GBps=f"one stream of {_one(points, 'stream', 'scaleout')['bytes']} B "
+        "from rank 0 to node 1 (8 B ack back), less two latencies",
+        nics_per_node="one NIC per rank: every rank streamed at once through its own (allnics)",
+    )
+    every = _one(points, "allnics")
+    total = every["bytes"] * nranks
+    agg = total / max(every["time_us"] - lat, 1e-3) / 1e3
+    if agg < nic * nranks * 0.95:
+        c["fabric_GBps"] = agg
+        why["fabric_GBps"] = (
+            f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once: "
+            f"{agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
+        )
+    t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
+    xs, ys = [], []
+    for q in points:
+        if q["kind"] == "incast" and q["peers"] > 1:
+            k = q["peers"]
+            xs.append(k - 1)
+            ys.append(q["time_us"] / (k * t1) - 1)
+    if xs:
+        x, y = np.array(xs, float), np.array(ys, float)
+        c["incast"] = max(float((x * y).sum() / (x * x).sum()), 0.0)
+        why["incast"] = (
+            f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 "
+            f"(k = {', '.join(str(int(v) + 1) for v in xs)}): slope of t_k/(k t_1) - 1 over k - 1"
+        )
+    posts = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "post")
+    n = np.array([a for a, _ in posts], float)
+    t = np.array([b for _, b in posts], float)
+    msg = max(float(np.polyfit(n, t, 1)[0]), 0.0) if len(n) > 1 else 0.0
+    c["msg_us"] = msg
+    why["msg_us"] = (
+        f"rank 0 posting n 8 B sends to node 1 (n = {', '.join(str(int(v)) for v in n)}): "
+        "slope of the time over n"
+    )
+    stage = _one(points, "stage")["time_us"]
+    c["stage_cost_us"] = max(stage - lat - 2 * msg, 0.0)
+    why["stage_cost_us"] = (
+        f"an empty exchange round with a rail partner, all ranks at once ({stage:.4g} us), "
+        "less one latency and two posts"
+    )
+    red = _one(points, "reduce")
+    c["reduce_GBps"] = red["GBps"]
+    why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
+    return {k: _round(v) for k, v in c.items()}, why
+
+
+def _round(v):
+    return float(f"{v:.5g}") if isinstance(v, float) else v
+
+
+# ---------------------------------------------------------------- the profile (pure)
+
+
+def profile_data(
+    base: dict,
+    name: str,
+    constants: dict,
+    reasons: dict,
+    run: str,
+    gpus_per_node: int,
+    flow_control: str,
+    scaleout_name: str | None = None,
+) -> dict:
+    """The profile as TOML data: ``base`` (a shipped profile's tables) with this run's
+    name, node size and ``[fabric]`` (every constant's source ``measured: RUN: ...``)."""
+    data = json.loads(json.dumps(base))  # a deep copy of plain TOML values
+    data["name"] = name
+    data["description"] = f"calibrated by commbench calibrate ({run}) from {base['name']}"
+    data["devices"]["gpus_per_node"] = gpus_per_node
+    data["devices"]["servers_per_node"] = 1
+    old = base.get("fabric", {})
+    fabric: dict[str, Any] = {
+        "scaleup": old.get("scaleup", "scale-up"),
+        "scaleout": scaleout_name or old.get("scaleout", "scale-out"),
+    }
+    sources = {}
+    for key, value in constants.items():
+        if key == "incast":
+            key = f"incast_{flow_control}"
+        fabric[key] = value
+        sources[key] = f"measured: {run}: {reasons['incast' if key.startswith('incast_') else key]}"
+    if "incast" in constants:
+        fabric["flow_control"] = flow_control
+        sources["flow_control"] = f"measured: {run}: the fabric as it ran (given as {flow_control})"
+    fabric["sources"] = sources
+    data["fabric"] = fabric
+    return data
+
+
+def _toml_key(key: str) -> str:
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            raise ValueError("NaN has no place in a profile")
+        return ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise ValueError(f"cannot write {v!r} to TOML")
+
+
+def dump_toml(data: dict, header: str = "") -> str:
+    """``data`` (tables of strings, numbers, booleans and arrays) as TOML text."""
+    lines = [f"# {line}" for line in header.splitlines()]
+
+    def table(path: list[str], tab: dict) -> None:
+        scalars = {k: v for k, v in tab.items() if not isinstance(v, dict)}
+        subs = {k: v for k, v in tab.items() if isinstance(v, dict)}
+        if path and (scalars or not subs):
+            lines.extend(["", "[" + ".".join(_toml_key(k) for k in path) + "]"])
+        for k, v in scalars.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in subs.items():
+            table([*path, k], v)
+
+    table([], data)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"calibrate-{now.strftime('%Y%m%dT%H%M%SZ')}-{socket.gethostname()}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def points_path(profile_path: Path) -> Path:
+    return profile_path.with_name(profile_path.name.removesuffix(".toml") + ".points.jsonl")
+
+
+# ---------------------------------------------------------------- the command
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", "-o", required=True, help="the profile to write (NAME.toml); the "
+                   "raw points go next to it (NAME.points.jsonl)")  # fmt: skip
+    p.add_argument("--base", default="local-cluster",
+                   help="shipped profile whose launcher, devices and environment the new one "
+                   "keeps (default local-cluster)")  # fmt: skip
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="ranks per node (default: ranks sharing a host)")  # fmt: skip
+    p.add_argument("--bytes", default="1M", help="stream, all-NICs and reduction size (1M)")
+    p.add_argument("--incast-bytes", default="256K", help="bytes per incast sender (256K)")
+    p.add_argument("--reps", type=int, default=5, help="rounds per point, median kept (5)")
+    p.add_argument("--stage-rounds", type=int, default=20, help="empty rounds per stage point")
+    p.add_argument("--flow-control", choices=("lossless", "lossy"), default="lossless",
+                   help="which incast case the measured coefficient is (default lossless)")  # fmt: skip
+    p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
+    p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
+
+
+def _launched_rank() -> int:
+    """This process's rank from the launcher's environment (before MPI starts); 0 alone."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def check_arguments(args) -> tuple[dict, dict]:
+    """``(base profile's TOML data, measuring options)``; ``UsageError`` on bad input,
+    before MPI starts or anything is written."""
+    from commbench.config import load_toml
+    from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.harness.results import check_output_path
+    from commbench.jobs.profile import load_profile
+    from commbench.units import parse_size
+
+    out = Path(args.out)
+    if out.suffix != ".toml":
+        raise UsageError(f"--out {args.out}: name the profile NAME.toml")
+    check_output_path(out, "--out")
+    check_output_path(points_path(out), "--out (its raw points file)")
+    base = load_profile(args.base)
+    opts = {
+        "bytes": parse_size(args.bytes),
+        "incast_bytes": parse_size(args.incast_bytes),
+        "reps": args.reps,
+        "stage_rounds": args.stage_rounds,
+        "dtype": parse_dtype(args.datatype),
+    }
+    for key in ("bytes", "incast_bytes", "reps", "stage_rounds"):
+        if opts[key] < 1:
+            raise UsageError(f"--{key.replace('_', '-')} must be at least 1 (got {opts[key]})")
+    return load_toml(base.path), opts
+
+
+def run_calibrate(args) -> int:
+    import sys
+
+    from commbench.jobs.profile import parse_profile
+
+    rank = _launched_rank()
+    try:
+        base, opts = check_arguments(args)
+    except UsageError:
+        if rank:
+            return 2  # every rank knows; rank 0 says it, once
+        raise
+    from mpi4py import MPI
+
+    from commbench.harness.topology import Topology
+
+    comm = MPI.COMM_WORLD
+    try:
+        topo = Topology.create(comm, args.gpus_per_node)
+        if topo.nodes < 2:
+            if topo.rank:
+                return 2
+            raise UsageError(
+                "calibrate needs ranks on at least two nodes to measure the scale-out tier: "
+                "start it on two hosts or give --gpus-per-node below the rank count"
+            )
+        run = comm.bcast(run_id() if comm.rank == 0 else None, root=0)
+        points = measure(topo.world, topo.gpus_per_node, opts)
+        if topo.rank != 0:
+            return 0
+        constants, reasons = fit(points, topo.gpus_per_node, topo.size)
+        out = Path(args.out)
+        data = profile_data(base, out.stem, constants, reasons, run, topo.gpus_per_node,
+                            args.flow_control, args.scaleout)  # fmt: skip
+        text = dump_toml(data, header=(
+            f"Written by `commbench calibrate` ({run}) on {topo.nodes} nodes x "
+            f"{topo.gpus_per_node} ranks;\nraw points: {points_path(out).name}. "
+            "Microbenchmarks only: no collective it predicts was measured."))  # fmt: skip
+        import tomllib
+
+        parse_profile(tomllib.loads(text), out)  # what we write reads back as a profile
+        rows = [{"run": run, **q} for q in points]
+        write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in rows))
+        write_atomic(out, text)
+    except UsageError:
+        raise
+    except BaseException as exc:  # one rank's failure ends the whole job, with its message
+        print(f"commbench calibrate: rank {comm.rank}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        comm.Abort(1)
+    print(f"# {run}: {topo.nodes} nodes x {topo.gpus_per_node} ranks")
+    for key, value in constants.items():
+        print(f"  {key:20s} {value}")
+    print(f"# profile {out}; raw points {points_path(out)}")
+    return 0

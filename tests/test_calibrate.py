@@ -1,0 +1,259 @@
+"""``commbench calibrate``: the fit, the profile it writes (every constant measured) and
+its raw points; the profile path in ``simulate`` and ``run --system``; the models it
+feeds (``fabric_GBps``, Open MPI's algorithms, ``fast+sched``'s per-call costs)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomllib
+
+from commbench.cli import main
+from commbench.jobs.profile import load_system, parse_profile
+from commbench.kernels.model import Fabric
+from commbench.kernels.model import allreduce as ar_model
+from commbench.kernels.model import alltoallv as a2a_model
+from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS
+from commbench.model import calibrate as cal
+from commbench.model.simulate import fabric_from_profile
+from tests.mpirun import run_mpi
+
+RUN = "calibrate-test"
+
+
+def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g=2, p=4):
+    """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
+    s = 1 << 20
+
+    def q(kind, tier, peers, nbytes, us):
+        return dict(kind=kind, tier=tier, peers=peers, bytes=nbytes, reps=3, time_us=us,
+                    GBps=nbytes / us / 1e3 if nbytes else None)  # fmt: skip
+
+    allnics = s / (cap / p * 1e3) if cap else s / (nic * 1e3)
+    out = [
+        q("pingpong", "scaleup", 1, 8, 5.0),
+        q("pingpong-all", "scaleup", g, 8, 6.0),
+        q("stream", "scaleup", 1, s, 2 * 5.0 + s / 2e3),  # 2 GB/s
+        q("pingpong", "scaleout", 1, 8, lat / 2),
+        q("pingpong-all", "scaleout", p, 8, lat),
+        q("stream", "scaleout", 1, s, lat + s / (nic * 1e3)),
+        q("allnics", "scaleout", p, s, lat + allnics),
+    ]
+    t1 = 65536 / (nic * 1e3)
+    out += [q("incast", "scaleout", k, 65536, k * t1 * (1 + incast * (k - 1))) for k in (1, 2)]
+    out.append(q("stage", "scaleout", p, 0, lat + 2 * msg + stage))
+    out += [q("post", "scaleout", n, 8 * n, 300 + msg * n) for n in cal.POST_COUNTS]
+    out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
+    return out
+
+
+def test_fit_recovers_the_constants_it_was_given():
+    c, why = cal.fit(points(cap=0.02), gpus_per_node=2, nranks=4)
+    assert c["scaleout_latency_us"] == pytest.approx(100.0)
+    assert c["scaleout_GBps"] == pytest.approx(0.0125, rel=1e-3)
+    assert c["scaleup_latency_us"] == pytest.approx(6.0)
+    assert c["scaleup_GBps"] == pytest.approx(2.0, rel=1e-3)
+    assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)
+    assert c["incast"] == pytest.approx(0.1, rel=1e-3)
+    assert c["msg_us"] == pytest.approx(20.0, rel=1e-3)
+    assert c["stage_cost_us"] == pytest.approx(500.0, rel=1e-3)
+    assert c["reduce_GBps"] == pytest.approx(1.0, rel=1e-3)
+    assert set(why) == set(c)
+    # NICs that together reach their sum: the fabric has no cap of its own
+    c, _ = cal.fit(points(), gpus_per_node=2, nranks=4)
+    assert "fabric_GBps" not in c
+
+
+def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tmp_path):
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+
+    base = load_toml(load_profile("local-cluster").path)
+    c, why = cal.fit(points(cap=0.02), gpus_per_node=2, nranks=4)
+    data = cal.profile_data(base, "mine", c, why, RUN, 2, "lossy")
+    text = cal.dump_toml(data, header="a header\nof two lines")
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    prof = parse_profile(tomllib.loads(text), path)
+    assert prof.name == "mine" and prof.devices.gpus_per_node == 2
+    assert prof.launch == load_profile("local-cluster").launch  # the launcher is kept
+    fab = prof.fabric
+    assert fab.flow_control == "lossy" and fab.incast_lossy == c["incast"]
+    present = [k for k in FABRIC_CONSTANTS if getattr(fab, k) is not None]
+    assert "fabric_GBps" in present
+    for key in present:
+        assert fab.sources[key].startswith(f"measured: {RUN}: "), key
+    f = fabric_from_profile(str(path))
+    assert f.fabric_GBps == pytest.approx(0.02) and f.incast == pytest.approx(0.1)
+    assert load_system(str(path)).name == "mine"
+
+
+def test_toml_writer_round_trips_what_profiles_hold():
+    data = {"a": 1, "b": 2.5, "c": "x \"quoted\" \\ y", "d": [1, "two"], "e": True,
+            "t": {"k": float("inf"), "inline": {"x": 1}, "sub": {"z": "deep"}},
+            "dotted.key": {"v": 0}}  # fmt: skip
+    back = tomllib.loads(cal.dump_toml(data))
+    assert back["t"]["k"] == math.inf and back["c"] == data["c"] and back["t"]["sub"]["z"] == "deep"
+    assert back["dotted.key"] == {"v": 0} and back["d"] == [1, "two"]
+
+
+def test_busy_pairs_keep_every_rank_paired_once():
+    for p, g, tier in (
+        (8, 4, "scaleup"),
+        (8, 4, "scaleout"),
+        (8, 1, "scaleout"),
+        (6, 3, "scaleup"),
+    ):
+        pairs = cal.busy_pairs(p, g, tier)
+        ranks = [r for pair in pairs for r in pair]
+        assert len(ranks) == len(set(ranks))
+        for a, b in pairs:
+            assert (a // g == b // g) == (tier == "scaleup")
+    assert len(cal.busy_pairs(8, 4, "scaleout")) == 4
+
+
+def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
+    out = tmp_path / "cal" / "here.toml"
+    proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out", str(out),
+                       "--bytes", "64K", "--incast-bytes", "16K", "--reps", "2",
+                       "--stage-rounds", "4"], timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prof = parse_profile(tomllib.loads(out.read_text()), out)
+    assert prof.devices.gpus_per_node == 2 and prof.fabric.nics_per_node == 2
+    run = prof.fabric.sources["scaleout_GBps"].split(":")[1].strip()
+    assert run.startswith("calibrate-")
+    df = pd.read_json(cal.points_path(out), lines=True)
+    assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
+    kinds = set(df["kind"])
+    assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
+            "reduce"} <= kinds  # fmt: skip
+    assert (df["time_us"] > 0).all()
+    # the profile drives the model and the run (FAST's stage cost, said in the record)
+    model = tmp_path / "model.jsonl"
+    assert main(["simulate", "alltoallv", "--system", str(out), "--servers", "2", "--size",
+                 "64K", "--impls", "fanout,mpi,fast+sched", "--no-tune", "--out", str(model)]) == 0  # fmt: skip
+    recs = [json.loads(line) for line in model.read_text().splitlines()]
+    assert [r["impl"] for r in recs] == ["fanout", "mpi", "fast+sched"]
+    assert recs[0]["system"] == str(out) and recs[2]["info"]["call"]["call_us"] > 0
+    rec_path = tmp_path / "run.jsonl"
+    proc = run_mpi(4, ["-m", "commbench", "run", "alltoallv", "--impl", "fast",
+                       "--gpus-per-node", "2", "-b", "16K", "-e", "16K", "-n", "2", "-w", "1",
+                       "--system", str(out), "--out", str(rec_path)], timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads(rec_path.read_text().splitlines()[-1])
+    expected = fabric_from_profile(str(out)).stage_cost_bytes
+    assert rec["params"]["stage_cost_bytes"] == expected
+    assert rec["info"]["stage_cost"]["bytes"] == expected
+    assert str(out) in rec["info"]["stage_cost"]["source"] and rec["nwrong"] == 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--out", "{tmp}/p.txt"], "name the profile NAME.toml"),
+        (["--out", "{tmp}/p.toml", "--base", "nope"], "unknown system 'nope'"),
+        (["--out", "{tmp}/p.toml", "--reps", "0"], "--reps must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["calibrate", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_simulate_refuses_a_missing_profile_file(tmp_path, capsys):
+    assert main(["simulate", "alltoallv", "--system", str(tmp_path / "no.toml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the models it feeds
+
+
+def fabric(**kw) -> Fabric:
+    base = dict(gpus_per_node=2, nic_GBps=0.0125, nic_us=100.0, scaleup_GBps=2.0,
+                scaleup_us=5.0)  # fmt: skip
+    return Fabric(**{**base, **kw})
+
+
+def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
+    traffic = np.full((8, 8), 1 << 20)
+    np.fill_diagonal(traffic, 0)
+    free = a2a_model.fanout(traffic, fabric(gpus_per_node=4))
+    capped = a2a_model.fanout(traffic, fabric(gpus_per_node=4, fabric_GBps=0.045))
+    cross = (1 << 20) * 8 * 4  # every rank sends 4 MiB to the other node
+    assert capped.time_us >= cross / (0.045 * 1e3)
+    assert capped.time_us > free.time_us
+    # one flow alone is not slowed by a cap above one NIC
+    single = np.zeros((4, 4), dtype=np.int64)
+    single[0, 2] = 1 << 20
+    assert a2a_model.fanout(single, fabric(fabric_GBps=0.02)).time_us == pytest.approx(
+        a2a_model.fanout(single, fabric()).time_us
+    )
+    # all-reduce: 8 single-rank nodes exchanging at once share the cap
+    one = fabric(gpus_per_node=1, scaleup_GBps=math.inf)
+    assert (
+        ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us
+        > ar_model.ring(1 << 20, 8, one).time_us
+    )
+
+
+def test_mpi_models_follow_open_mpi_tuned_choices():
+    assert a2a_model.ompi_alltoallv_algorithm(8) == "basic_linear"
+    assert a2a_model.ompi_alltoallv_algorithm(2) == "pairwise"
+    assert a2a_model.ompi_alltoallv_algorithm(64) == "pairwise"
+    traffic = np.arange(64).reshape(8, 8) * 1000
+    f = fabric()
+    assert a2a_model.mpi(traffic, f).time_us == a2a_model.fanout(traffic, f).time_us
+    small = traffic[:2, :2]
+    assert a2a_model.mpi(small, f).time_us == a2a_model.spreadout(small, f).time_us
+    assert ar_model.ompi_allreduce_algorithm(8, 256) == "recursive-doubling"
+    assert ar_model.ompi_allreduce_algorithm(8, 1 << 20) == "rabenseifner"
+    assert ar_model.ompi_allreduce_algorithm(2, 100_000) == "ring"
+    assert ar_model.ompi_allreduce_algorithm(4096, 1 << 20) == "rabenseifner"
+    pred = ar_model.predict("mpi", 1 << 20, 4, f)
+    assert pred.info["algo"] == "rabenseifner"
+    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, f).time_us
+
+
+# ---------------------------------------------------------------- the job experiment
+
+
+def test_calibrate_experiment_renders_a_calibrate_step_on_every_system():
+    from tests.test_jobs import render
+
+    job = render("perlmutter", 2, experiment="calibrate")
+    line = next(ln for ln in job.script.splitlines() if ln.startswith("run_step "))
+    words = line.split()
+    assert words[3:6] == ["-m", "commbench", "calibrate"]
+    out = words[words.index("--out") + 1]
+    assert out.endswith("/calibrated-perlmutter.toml") and str(job.run_dir) in out
+    assert words[words.index("--base") + 1] == "perlmutter"
+    emulated = render("local", 1, experiment="calibrate").script
+    assert "--gpus-per-node 2" in emulated  # the emulated grouping, as for `run`
+
+
+def test_a_calibrate_step_takes_no_collective():
+    from commbench.errors import UsageError
+    from commbench.jobs.experiments import parse_step
+
+    assert parse_step({"command": "calibrate"}, "here").command == "calibrate"
+    with pytest.raises(UsageError, match="takes no collective"):
+        parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
+    with pytest.raises(UsageError, match="collective must be one of"):
+        parse_step({"impls": {"cpu": ["mpi"]}}, "here")
+
+
+def test_nvrar_cells_carry_half_the_wire_on_the_cpu_backend():
+    assert fabric_from_profile("local-cluster").ll8_share == 0.5  # MPI puts of LL8 cells
+    assert fabric_from_profile("perlmutter").ll8_share == 0.25  # NCCL's LL efficiency
+    f = fabric_from_profile("local-cluster")
+    slow = ar_model.nvrar(1 << 20, 4, f.with_(ll8_share=0.25)).time_us
+    assert ar_model.nvrar(1 << 20, 4, f).time_us < slow
+    with pytest.raises(ValueError, match="ll8_share"):
+        f.with_(ll8_share=0)
