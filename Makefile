@@ -49,7 +49,7 @@ test: install
 bench: install
 	$(PY) -m commbench.benchmarks.harness
 	@for b in suite/benchmarks/[a-z]*.py; do \
-	  m=$$(basename $$b .py); case $$m in harness|soak|cluster) continue;; esac; \
+	  m=$$(basename $$b .py); case $$m in harness|soak|cluster|validate) continue;; esac; \
 	  echo "== make bench: $$m"; $(PY) -m commbench.benchmarks.$$m || exit 1; done
 
 # Fault injection (minutes to an hour on a small machine; not in `make test` or `make bench`):
