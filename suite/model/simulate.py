@@ -388,9 +388,9 @@ def _flow_control(args) -> str | None:
     """``--flow-control``, else the profile's (None where it names none)."""
     if getattr(args, "flow_control", None):
         return args.flow_control
-    from commbench.jobs.profile import load_profile
+    from commbench.jobs.profile import load_system
 
-    return load_profile(args.system).fabric.flow_control
+    return load_system(args.system).fabric.flow_control
 
 
 def static_fields(args, fabric: Fabric, dtype: np.dtype, reduction: str, params: dict) -> dict:
