@@ -88,6 +88,16 @@ class CpuTransport:
         reqs += [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
         return _Requests(reqs)
 
+    def start_ranges(self, bufs, sends, recvs, group: str = "world") -> _Requests:
+        """:meth:`start` of byte ranges of ``bufs`` (``kernels.transport.start_ranges``):
+        each message an MPI (buffer, count, displacement), no slice per message."""
+        comm, byte = self.topo.group(group), MPI.BYTE
+        reqs = [comm.Irecv([bufs[k], y - x, x, byte], source=p, tag=0)
+                for p, k, x, y in zip(*recvs, strict=True)]  # fmt: skip
+        reqs += [comm.Isend([bufs[k], y - x, x, byte], dest=p, tag=0)
+                 for p, k, x, y in zip(*sends, strict=True)]  # fmt: skip
+        return _Requests(reqs)
+
     def exchange(self, sends, recvs, group: str = "world") -> None:
         self.start(sends, recvs, group).wait()
 
