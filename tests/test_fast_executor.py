@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from commbench.gpucheck.checks import self_plan
 from commbench.kernels.cases import AlltoallvCase
+from commbench.kernels.fast import Scheduler, schedule
 from commbench.kernels.fast import plan as P
-from commbench.kernels.fast import schedule
 from commbench.kernels.fast.executor import (
     PlanExecutor,
+    _bind_order,
     agree,
     fingerprint,
     load,
@@ -23,6 +24,7 @@ from commbench.kernels.fast.executor import (
     schedule_problem,
 )
 from commbench.kernels.fast.simulate import alltoallv, random_sendbufs
+from commbench.kernels.transport import slices
 from tests.threaded_transport import run_ranks
 
 
@@ -166,6 +168,49 @@ def test_bind_once_cuts_and_frees_steps_during_the_run():
         assert cut_before == 0 and kept == 0 and same and nsteps > 0
 
 
+class _Ranges(_Recording):
+    """:class:`_Recording` with ``start_ranges``: what it posts recorded the same way."""
+
+    def __init__(self, transport) -> None:
+        super().__init__(transport)
+        self.ranged = 0
+
+    def start_ranges(self, bufs, sends, recvs, group: str = "world"):
+        self.ranged += 1
+        return self.start(slices(bufs, sends), slices(bufs, recvs), group)
+
+
+@pytest.mark.parametrize("groups", ["world", "split"])
+def test_fused_order_and_offset_posts_match_an_eager_bind(groups):
+    """``fast+sched``'s path: the scheduler puts the plan in the executor's posting order
+    in its own call (the bind takes it as is), and a run posts from buffer offsets
+    (``start_ranges``): the same messages, in the same order, as a plan bound eagerly."""
+    d = np.random.default_rng(11).integers(0, 2500, (8, 8))
+    send = random_sendbufs(d, seed=5)
+
+    def rank(t):
+        r = t.topo.rank
+        eager_t, once_t = _Recording(t), _Ranges(t)
+        eager, once = PlanExecutor(eager_t, groups), PlanExecutor(once_t, groups)
+        plan = Scheduler(4)(d, r, once.posting).plan(r)
+        own = _bind_order()(np.ascontiguousarray(plan.ops).view(np.int64).reshape(-1, 9),
+                            plan.nsteps, groups == "world", t.topo.node * 4, 4, t.topo.local)  # fmt: skip
+        fused = plan.order is not None and plan.order[0] == once.posting
+        same_order = all(np.array_equal(a, b) for a, b in zip(plan.order[1:], own, strict=True))
+        recv = [np.zeros(int(d[:, r].sum()), np.uint8) for _ in range(2)]
+        eager.bind(schedule(d, 4).plan(r), send[r], recv[0])
+        once.bind(plan, send[r], recv[1], once=True)
+        eager.run()
+        once.run()
+        return recv, fused and same_order, eager_t.posts == once_t.posts, once_t.ranged
+
+    want = alltoallv(d, send)
+    for r, (recv, fused, same, ranged) in enumerate(run_ranks(8, 4, rank)):
+        for got in recv:
+            np.testing.assert_array_equal(got, want[r])
+        assert fused and same and ranged > 0
+
+
 def test_split_groups_post_node_and_rail_separately():
     d = np.random.default_rng(4).integers(1, 900, (8, 8))
     sched = schedule(d, 4)
@@ -174,7 +219,7 @@ def test_split_groups_post_node_and_rail_separately():
         ex = PlanExecutor(t, "split")
         ex.bind(sched.plan(t.topo.rank), np.zeros(int(d[t.topo.rank].sum()), np.uint8),
                 np.zeros(int(d[:, t.topo.rank].sum()), np.uint8))  # fmt: skip
-        return {plan.group for posts, _ in ex._steps for plan in posts}
+        return {start.__self__.group for starts, _ in ex._steps for start in starts}
 
     assert set().union(*run_ranks(8, 4, rank)) == {"node", "rail"}
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.analysis import intervals as iv
-from commbench.harness.iterclock import IterationClock, slowest_rank_samples
+from commbench.harness.iterclock import CPU_TICKS, IterationClock, slowest_rank_samples
 
 #: Laws with a known median (1.0 after scaling): skewed, heavy-tailed, discrete-ish, as
 #: per-iteration times of a shared machine are.
@@ -149,6 +149,20 @@ def test_iteration_clock_on_the_host():
     graph.tick()
     graph.tick()
     assert graph.progress()[1].tolist() == [4, 8]  # 4 calls per captured graph
+
+
+def test_iteration_clock_reads_the_host_clock_once_per_block():
+    calls = 130  # > CPU_TICKS: every 3rd call, the last block short
+    reads = iter(np.arange(calls + 1) * 1e-6)  # a clock 1 us per call, if it were read each time
+    clock = IterationClock(_Clock(reads), calls=calls)
+    clock.start()
+    for _ in range(calls):
+        clock.tick()
+    since, done = clock.progress()
+    assert done.tolist() == [*range(3, calls, 3), calls]
+    assert len(done) <= CPU_TICKS and len(since) == len(done)
+    assert since == pytest.approx(np.arange(1, len(done) + 1))  # one read per tick
+    assert slowest_rank_samples([since], done)[:-1] == pytest.approx(1 / 3)
 
 
 # ------------------------------------------------------------------ interleaved repeats

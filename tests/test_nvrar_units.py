@@ -41,6 +41,7 @@ from commbench.kernels.nvrar.tuning import (
 from commbench.kernels.reduce import (
     BF16,
     SUPPORTED_DTYPES,
+    bind_reduce,
     check_dtype,
     check_op,
     f32_to_bf16,
@@ -190,6 +191,19 @@ def test_reduce_into_all_ops(dtype):
         assert out.astype(np.float64).tolist() == want
     reduce_into(np, a, a, b, "sum", dtype)  # in place
     assert a.astype(np.float64).tolist() == [6, 4, -4, 8]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_bound_reduction_gives_reduce_intos_bytes(dtype, op):
+    rng = np.random.default_rng(7)
+    a = rng.integers(-50, 50, 64).astype(np.float32).astype(dtype)
+    b = rng.integers(-50, 50, 64).astype(np.float32).astype(dtype)
+    want = np.empty_like(a)
+    reduce_into(np, want, a, b, op, np.dtype(dtype))
+    acc = a.view(np.uint8).copy()  # the algorithms' buffers: bytes, reduced in place
+    bind_reduce(np, acc, acc, b.view(np.uint8), op, np.dtype(dtype))()
+    assert acc.tobytes() == want.tobytes()
 
 
 def test_int32_sum_wraps_like_mpi():

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from commbench.kernels.cases import AllreduceCase
-from commbench.kernels.reduce import check_op, reduce_into
-from commbench.kernels.transport import bind_posts
+from commbench.kernels.reduce import bind_reduce, check_op
+from commbench.kernels.transport import bind_copy, bind_posts
 
 #: One step: its sends and receives (peer, array view), then ``acc_part = acc_part op
 #: scratch_part`` when the step reduces what it received (``(acc_part, scratch_part)``).
@@ -45,8 +45,9 @@ class FlatAllreduce:
 
     A subclass lists its steps for a case (:meth:`steps`, views of ``case.recv`` - the
     accumulator - and the scratch buffer); :meth:`setup` binds each step's posts once
-    (persistent requests on ``cpu``) and :meth:`run` copies the input into the accumulator
-    and runs the steps in order."""
+    (persistent requests on ``cpu``), its reduction and the copy of the input into the
+    accumulator, and :meth:`run` calls them in order: a call does no per-step Python
+    beyond them."""
 
     def __init__(self, transport: Any, params: dict | None = None) -> None:
         if params:
@@ -64,20 +65,19 @@ class FlatAllreduce:
         if key != self._key:
             self._key = key
             self.tmp = self.t.empty(case.count, case.send.dtype)
-        self.dtype = np.dtype(case.dtype)
-        self._bound = [
-            (bind_posts(self.t, sends, recvs), reduce)
-            for sends, recvs, reduce in (self.steps(case) if case.count else [])
-        ]
+        self.dtype = dtype = np.dtype(case.dtype)
+        calls = [bind_copy(self.t, case.recv, case.send)]
+        for sends, recvs, reduce in self.steps(case) if case.count else []:
+            calls.append(bind_posts(self.t, sends, recvs).run)
+            if reduce is not None:
+                acc, got = reduce
+                calls.append(bind_reduce(self.t.xp, acc, acc, got, case.op, dtype))
+        self._calls = tuple(calls)
 
     def steps(self, case: AllreduceCase) -> list[Step]:
         """This rank's steps for ``case`` (the algorithm, as a value)."""
         raise NotImplementedError
 
     def run(self, case: AllreduceCase) -> None:
-        t, xp = self.t, self.t.xp
-        t.copy(case.recv, case.send)
-        for plan, reduce in self._bound:
-            plan.run()
-            if reduce is not None:
-                reduce_into(xp, reduce[0], reduce[0], reduce[1], case.op, self.dtype)
+        for call in self._calls:  # bound in setup for this case
+            call()

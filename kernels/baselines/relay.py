@@ -21,7 +21,7 @@ import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
-from commbench.kernels.transport import bind_posts
+from commbench.kernels.transport import bind_copy, bind_posts
 
 
 def relay_plan(traffic: np.ndarray, gpus_per_node: int, rank: int, at_sender: bool) -> dict:
@@ -141,23 +141,19 @@ class _Relay:
             return [(peer, view(w, o, n)) for peer, w, o, n in plan[key]]
 
         def moves(key: str) -> list:
-            return [(view(wd, od, n), view(ws, os_, n)) for wd, od, ws, os_, n in plan[key]]
+            return [bind_copy(t, view(wd, od, n), view(ws, os_, n))
+                    for wd, od, ws, os_, n in plan[key]]  # fmt: skip
 
-        self._hops = [
+        hops = [
             bind_posts(t, msgs("hop1_send"), msgs("hop1_recv")),
             bind_posts(t, msgs("hop2_send"), msgs("hop2_recv")),
         ]
-        self._before, self._after = moves("copies"), moves("copies_after")
+        self._calls = (*moves("copies"), hops[0].run, hops[1].run, *moves("copies_after"))
         self._info = {"steps": 2, "scratch_bytes": plan["scratch_bytes"]}
 
     def run(self, case: AlltoallvCase) -> None:
-        t = self.transport
-        for dst, src in self._before:
-            t.copy(dst, src)
-        self._hops[0].run()
-        self._hops[1].run()
-        for dst, src in self._after:
-            t.copy(dst, src)
+        for call in self._calls:  # copies, hop 1, hop 2, copies after (bound in setup)
+            call()
 
     def info(self) -> dict:
         return dict(self._info)

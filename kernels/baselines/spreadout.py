@@ -13,7 +13,7 @@ import numpy as np
 
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
-from commbench.kernels.transport import bind_posts
+from commbench.kernels.transport import bind_copy, bind_posts
 
 
 def spreadout_plan(traffic: np.ndarray, rank: int) -> tuple[tuple, list]:
@@ -44,21 +44,20 @@ class Spreadout:
         self.transport = transport
 
     def setup(self, case: AlltoallvCase) -> None:
+        t = self.transport
         (so, ro, n), steps = spreadout_plan(case.traffic, case.rank)
-        self._copy = (case.recv[ro : ro + n], case.send[so : so + n]) if n else None
+        copy = [bind_copy(t, case.recv[ro : ro + n], case.send[so : so + n])] if n else []
         self._steps = [
-            bind_posts(self.transport,
+            bind_posts(t,
                        [(s[0], case.send[s[1] : s[1] + s[2]])] if s else [],
-                       [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else [])
+                       [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else []).run
             for _, s, r in steps
         ]  # fmt: skip
+        self._calls = (*copy, *self._steps)
 
     def run(self, case: AlltoallvCase) -> None:
-        t = self.transport
-        if self._copy is not None:
-            t.copy(*self._copy)
-        for step in self._steps:
-            step.run()
+        for call in self._calls:  # the own block's copy, then the steps (bound in setup)
+            call()
 
     def info(self) -> dict:
         return {"steps": len(self._steps)}

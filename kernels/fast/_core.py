@@ -1212,3 +1212,29 @@ def bind_order(rows, nsteps, world, node_base, g, local):
             bounds[j, c + 1] = count[s * NCLASSES + c + 1]
         j += 1
     return cols, bounds
+
+
+@njit(cache=True, nogil=True)
+def plan_steps(stages, tail_units, tail_step):
+    """Steps of every rank's plan (:attr:`Schedule.nsteps`): balance, the rail steps
+    (``stages``, and a last one for the tail when it follows them), the last drain."""
+    last = tail_step == 0 or stages == 0
+    return stages + (1 if last and (tail_units != 0).any() else 0) + 2
+
+
+@njit(cache=True, nogil=True)
+def synthesize_bound(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max, want,
+                     pipelined, tail_step, ops_cap, world, node_base, local):  # fmt: skip
+    """:func:`synthesize_rank`, then :func:`bind_order` of the rank's ops for an executor
+    on this topology (``world``, ``node_base``, ``local``: the executor's), in one call
+    from Python: ``fast+sched`` pays one call of the core per matrix. Returns
+    :func:`synthesize_rank`'s values, then ``nsteps, cols, bounds`` (both empty when the
+    op table was short: the caller builds again and binds later)."""
+    out = synthesize_rank(D, G, unit, shift, quantum, mode, cap, stage_cost, penalty, stage_max,
+                          want, pipelined, tail_step, ops_cap)  # fmt: skip
+    weights, tail, rows, nops = out[5], out[7], out[8], out[9]
+    nsteps = plan_steps(weights.shape[0], tail, tail_step)
+    if nops > rows.shape[0]:
+        return out + (nsteps, np.zeros((6, 0), np.int64), np.zeros((0, NCLASSES + 1), np.int64))
+    cols, bounds = bind_order(rows[:nops], nsteps, world, node_base, G, local)
+    return out + (nsteps, cols, bounds)

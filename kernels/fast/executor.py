@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from commbench.kernels.fast import plan as P
-from commbench.kernels.transport import Replay, bind_posts
+from commbench.kernels.transport import bind_copy, bind_posts, slices, start_ranges
 
 GROUPINGS = ("world", "split")
 
@@ -166,21 +166,28 @@ class PlanExecutor:
 
     Binding is split in two: :meth:`bind` sorts the plan's ops into posting order and
     resolves peers and buffers for all of them at once (one call of the numba core, no
-    per-op Python work); the per-op buffer slices a transport needs are cut per step.
-    By default :meth:`bind` cuts them all and every :meth:`run` reuses them (``fast``:
-    one plan, many runs). ``bind(..., once=True)`` (``fast+sched``: a new plan every
-    call) leaves them to :meth:`run`, which cuts step j + 1's slices while step j is in
-    flight and frees step j's (slices and requests) while step j + 1 is in flight - the
-    last step's during the next run's first - so neither cutting nor freeing a plan's
-    slices sits before its first message or after its last (a later run cuts again)."""
+    per-op Python work; none at all when the plan comes with that order, made in the
+    scheduler's own call for this executor's :attr:`posting`). By default :meth:`bind`
+    then binds every step's posts (persistent requests on ``cpu``) and copies once and
+    every :meth:`run` reuses them (``fast``: one plan, many runs). ``bind(..., once=True)``
+    (``fast+sched``: a new plan every call) leaves the steps to :meth:`run`, which posts
+    each step's messages from their buffer offsets (``start_ranges``: no slice per
+    message where the transport can), reads step j + 1's offsets while step j is in
+    flight and frees step j's (lists and requests) while step j + 1 is in flight - the
+    last step's during the next run's first - so neither sits before a plan's first
+    message or after its last."""
 
     def __init__(self, transport: Any, groups: str = "world") -> None:
         if groups not in GROUPINGS:
             raise ValueError(f"groups must be one of {', '.join(GROUPINGS)}, got {groups!r}")
         self.transport = transport
         self.groups = groups
+        topo = transport.topo
+        #: what the posting order depends on (world ranks or group ranks, this rank's
+        #: node base and local index): ``Scheduler(..)(traffic, rank, posting=...)``
+        self.posting = (groups == "world", topo.node * topo.gpus_per_node, topo.local)
         self._scratch: dict[int, Any] = {}
-        self._steps: list[tuple[tuple, tuple]] = []  # every step, cut by bind (not once)
+        self._steps: list[tuple[tuple, tuple]] = []  # every step, bound by bind (not once)
         self._once = False
         self._spent: tuple | None = None  # once: the last step run, freed during the next
         self._bounds: list[list[int]] = []  # per non-empty step: its class boundaries
@@ -213,67 +220,76 @@ class PlanExecutor:
             bufs[buf] = array
         self._bufs = bufs
         self._once = once
-        topo = t.topo
-        g = topo.gpus_per_node
-        rows = np.ascontiguousarray(plan.ops).view(np.int64).reshape(-1, len(P.OP_FIELDS))
-        cols, bounds = _bind_order()(rows, plan.nsteps, self.groups == "world",
-                                     topo.node * g, g, topo.local)  # fmt: skip
+        order = plan.order
+        if order is not None and order[0] == self.posting:  # made with the plan, for us
+            cols, bounds = order[1], order[2]
+        else:
+            world, node_base, local = self.posting
+            rows = np.ascontiguousarray(plan.ops).view(np.int64).reshape(-1, len(P.OP_FIELDS))
+            cols, bounds = _bind_order()(rows, plan.nsteps, world, node_base,
+                                         t.topo.gpus_per_node, local)  # fmt: skip
         self._cols, self._bounds = cols, bounds.tolist()
         self._steps = [] if once else [self._bind_step(i) for i in range(len(self._bounds))]
 
-    def _cut(self, i: int) -> tuple[tuple, tuple]:
-        """Step ``i``'s posts and copies as buffer slices."""
+    def _ranges(self, i: int) -> tuple[tuple, tuple]:
+        """Step ``i``: its posts, ``(group, sends, recvs)`` with the messages as byte ranges
+        of the buffers (``kernels.transport.Ranges``), and its copies as buffer slices."""
         b = self._bounds[i]
         peer, buf, lo, hi, dbuf, doff = self._cols[:, b[0] : b[5]].tolist()
         bufs = self._bufs
-        views = [bufs[k][x:y] for k, x, y in zip(buf, lo, hi, strict=True)]
         o = [x - b[0] for x in b]
-        copies = tuple(
-            (bufs[dbuf[j]][doff[j] : doff[j] + hi[j] - lo[j]], views[j]) for j in range(o[4], o[5])
-        )
-        pairs = list(zip(peer[: o[4]], views, strict=False))
+        copies = tuple((bufs[dbuf[j]][doff[j] : doff[j] + hi[j] - lo[j]], bufs[buf[j]][lo[j] : hi[j]])
+                       for j in range(o[4], o[5]))  # fmt: skip
+
+        def ops(a: int, z: int) -> tuple:
+            return peer[a:z], buf[a:z], lo[a:z], hi[a:z]
+
         if self.groups == "split":
-            posts = tuple((name, pairs[o[c] : o[c + 1]], pairs[o[c + 2] : o[c + 3]])
+            posts = tuple((name, ops(o[c], o[c + 1]), ops(o[c + 2], o[c + 3]))
                           for name, c in (("node", P.NODE), ("rail", P.RAIL))
                           if o[c + 1] > o[c] or o[c + 3] > o[c + 2])  # fmt: skip
         else:
-            posts = (("world", pairs[: o[2]], pairs[o[2] : o[4]]),) if o[4] else ()
+            posts = (("world", ops(0, o[2]), ops(o[2], o[4])),) if o[4] else ()
         return posts, copies
 
     def _bind_step(self, i: int) -> tuple[tuple, tuple]:
-        """Step ``i`` with its posts bound once (persistent requests on ``cpu``)."""
-        posts, copies = self._cut(i)
-        t = self.transport
-        return tuple(bind_posts(t, s, r, group) for group, s, r in posts), copies
-
-    def _replay_step(self, i: int) -> tuple[tuple, tuple]:
-        """Step ``i`` cut now, its posts started through ``transport.start`` (run once)."""
-        posts, copies = self._cut(i)
-        t = self.transport
-        return tuple(Replay(t, s, r, group) for group, s, r in posts), copies
+        """Step ``i`` bound once: its posts' starts (persistent requests on ``cpu``) and
+        its copies, calls of no arguments."""
+        posts, copies = self._ranges(i)
+        t, bufs = self.transport, self._bufs
+        starts = tuple(bind_posts(t, slices(bufs, s), slices(bufs, r), group).start
+                       for group, s, r in posts)  # fmt: skip
+        return starts, tuple(bind_copy(t, dst, src) for dst, src in copies)
 
     def run(self) -> None:
-        """One all-to-allv: per step, post its sends and receives, copy, wait (bound
-        ``once``: cut the next step's slices and free the previous step's before waiting)."""
-        t = self.transport
-        n = len(self._bounds)
-        if n == 0:
+        """One all-to-allv: per step, post its sends and receives, copy, wait."""
+        if self._once:
+            self._run_once()
             return
-        once = self._once
-        step = self._replay_step(0) if once else self._steps[0]
-        for i in range(n):
-            posts, copies = step
-            pending = [p.start() for p in posts]
-            for dst, src in copies:
-                t.copy(dst, src)
-            if once:
-                self._spent = None  # the step before this one, freed while this one moves
-            if i + 1 < n:
-                step = self._replay_step(i + 1) if once else self._steps[i + 1]
+        for starts, copies in self._steps:
+            pending = [start() for start in starts]
+            for copy in copies:
+                copy()
             for p in pending:
                 p.wait()
-            if once:
-                self._spent = (posts, copies, pending)
+
+    def _run_once(self) -> None:
+        """:meth:`run` of a plan bound ``once``: each step posted from its buffer offsets;
+        the next step's read and the previous step's freed before waiting."""
+        t, bufs = self.transport, self._bufs
+        n = len(self._bounds)
+        step = self._ranges(0) if n else None
+        for i in range(n):
+            posts, copies = step
+            pending = [start_ranges(t, bufs, s, r, group) for group, s, r in posts]
+            for dst, src in copies:
+                t.copy(dst, src)
+            self._spent = None  # the step before this one, freed while this one moves
+            if i + 1 < n:
+                step = self._ranges(i + 1)
+            for p in pending:
+                p.wait()
+            self._spent = (posts, copies, pending)
 
 
 def _bind_order():

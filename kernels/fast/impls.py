@@ -73,13 +73,16 @@ class _Fast:
         self.schedule = None
         self._plan_us = 0.0
 
-    def _synthesize(self, traffic: np.ndarray, unit: int, rank: int | None = None):
-        """The schedule of ``traffic`` (and ``rank``'s plan), options checked once per unit."""
+    def _synthesize(
+        self, traffic: np.ndarray, unit: int, rank: int | None = None, posting: tuple | None = None
+    ):
+        """The schedule of ``traffic`` (and ``rank``'s plan, in ``posting`` order),
+        options checked once per unit."""
         scheduler = self._schedulers.get(unit)
         if scheduler is None:
             g = self.transport.topo.gpus_per_node
             scheduler = self._schedulers[unit] = Scheduler(g, unit=unit, **self.options)
-        return scheduler(traffic, rank)
+        return scheduler(traffic, rank, posting)
 
     def setup(self, case: AlltoallvCase) -> None:
         sched, problem = self.schedule, None
@@ -151,13 +154,14 @@ class FastSched(_Fast):
 
     def run(self, case: AlltoallvCase) -> None:
         """Schedule ``case.traffic`` (every rank must pass the same matrix, as an MoE
-        layer's all-gathered routing counts are), bind this rank's plan, execute (the
-        buffer slices of step j + 1 are cut while step j is in flight)."""
+        layer's all-gathered routing counts are) and this rank's plan in the executor's
+        posting order, in one call of the core; bind it; execute (each step posted from
+        its buffer offsets, step j + 1's read while step j is in flight)."""
         t0 = time.perf_counter()
         rank = self.transport.topo.rank
         sched = self._made_ahead(case)
         if sched is None:
-            sched = self._synthesize(case.traffic, case.unit, rank)
+            sched = self._synthesize(case.traffic, case.unit, rank, self.executor.posting)
         self.executor.bind(sched.plan(rank), case.send, case.recv, once=True)
         if self.ahead:
             self._next = schedule_ahead(case.traffic, self.transport.topo.gpus_per_node,

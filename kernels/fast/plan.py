@@ -51,7 +51,7 @@ never read what another op of the same step writes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,6 +83,10 @@ class RankPlan:
     ops: np.ndarray  # structured, dtype OP_DTYPE, sorted by step (stable)
     nsteps: int  # steps 0 .. nsteps - 1 (some may be empty for this rank)
     buffer_bytes: dict  # scratch buffer id -> bytes (BALANCE, STAGE0, STAGE1, TAIL)
+    #: the ops already in an executor's posting order, made with the plan when the caller
+    #: said where it runs (``Scheduler(..)(traffic, rank, posting=...)``): ``(posting,
+    #: cols, bounds)`` as :meth:`PlanExecutor.bind` would compute them for that posting
+    order: tuple | None = field(default=None, compare=False, repr=False)
 
     def steps(self) -> Iterator[tuple[int, np.ndarray]]:
         """``(step, ops of that step)`` for every non-empty step, in order."""

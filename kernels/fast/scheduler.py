@@ -117,6 +117,8 @@ def warmup() -> float:
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, -1, True, pipelined, 64, 64, 0)
         _core.build(d, 2, 1, 0, region, c, perms, weights, tail, 1, False, pipelined, 64, 1, 0)
     _core.synthesize_rank(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2, 1, True, 0, 0)
+    _core.synthesize_bound(d, 2, 1, 0, 1, 1, -1, 1.0, 2.0, 2, 1, True, 0, 0, True, 0, 1)
+    _core.plan_steps(weights.shape[0], tail, 0)
     _core.ops_guess(1, 2, 2)
     _core.bind_order(np.zeros((0, len(_plan.OP_FIELDS)), np.int64), 1, True, 0, 1, 0)
     _compile_seconds = time.perf_counter() - t0
@@ -290,12 +292,10 @@ class Schedule:
     @property
     def nsteps(self) -> int:
         """Steps of every rank's plan: balance, rail steps (stages, a last tail), last drain."""
-        # cached by hand (functools.cached_property takes a lock); count_nonzero is the
-        # cheapest "any" in numpy - a microsecond counts here, per call of the collective
+        # cached by hand (functools.cached_property takes a lock); a per-call scheduler's
+        # fused call of the core sets it (a microsecond counts here)
         if self._nsteps is None:
-            k = len(self._units)
-            last = self._tail_step == 0 or k == 0
-            self._nsteps = k + (1 if last and np.count_nonzero(self._tail) else 0) + 2
+            self._nsteps = _core_fn("plan_steps")(len(self._units), self._tail, self._tail_step)
         return self._nsteps
 
     def plan(self, rank: int) -> _plan.RankPlan:
@@ -327,11 +327,14 @@ class Schedule:
                 self._plans[r] = self._rank_plan(r, rows, bufbytes[r].tolist())
         return [self._plans[r] for r in range(self.nranks)]
 
-    def _rank_plan(self, rank: int, rows: np.ndarray, b: list) -> _plan.RankPlan:
+    def _rank_plan(
+        self, rank: int, rows: np.ndarray, b: list, order: tuple | None = None
+    ) -> _plan.RankPlan:
         sizes = {_plan.BALANCE: b[0], _plan.STAGE0: b[1], _plan.STAGE1: b[2], _plan.TAIL: b[3]}
         # the core's rows are C-contiguous int64: read them as ops in place (what ops_view
         # does, without its checks and at a third of the cost)
-        return _plan.RankPlan(rank, np.frombuffer(rows, _plan.OP_DTYPE), self.nsteps, sizes)
+        ops = np.frombuffer(rows, _plan.OP_DTYPE)
+        return _plan.RankPlan(rank, ops, self.nsteps, sizes, order)
 
     def extra_memory(self) -> dict:
         """Scratch bytes per rank and as a fraction of the send + receive buffers."""
@@ -435,10 +438,15 @@ class Scheduler:
         self._max_units = -(-self.max_stage_bytes // self.unit) if self.max_stage_bytes else 0
         self._ops_cap = 0  # rows of the op table of a call with ``rank`` (0: the core guesses)
 
-    def __call__(self, traffic, rank: int | None = None) -> Schedule:
+    def __call__(
+        self, traffic, rank: int | None = None, posting: tuple[bool, int, int] | None = None
+    ) -> Schedule:
         """The schedule of ``traffic`` (P x P int bytes, row = source rank, rank = server *
         gpus_per_node + local index). ``rank``: also build that rank's plan, in the same
-        call of the core (what a per-call user needs next)."""
+        call of the core (what a per-call user needs next). ``posting``: also put the
+        plan's ops in posting order for the executor that will run it
+        (:attr:`PlanExecutor.posting <commbench.kernels.fast.executor.PlanExecutor.posting>`),
+        still in that one call: the plan's ``order``, which its bind then takes as is."""
         g = self.gpus_per_node
         d = _checked_matrix(traffic, g)
         p = d.shape[0]
@@ -454,23 +462,30 @@ class Scheduler:
         q_units = _quantum_units(self.quantum, d, g, unit)
         rest = (q_units, _MODES[self.strategy], cap, self.stage_cost_bytes / unit,
                 self.tail_penalty, self._max_units)  # fmt: skip
-        built = None
+        built = bound = None
         if self.threads > 1 and p >= PARALLEL_MIN_RANKS:
             region, lb = _regions_threaded(d, g, unit, self.threads)
             core = core_mod.synthesize_regions(region, lb, g, *rest)
         elif rank is None or self.first_stage_fraction is not None:
             core = core_mod.synthesize(d, g, unit, self._shift, *rest)
         else:
-            out = core_mod.synthesize_rank(d, g, unit, self._shift, *rest, rank,
-                                           self.balance == "pipelined", self.tail_step,
-                                           self._ops_cap)  # fmt: skip
-            core, built = out[:8], out[8:]
+            plan_args = (rank, self.balance == "pipelined", self.tail_step, self._ops_cap)
+            if posting is None:
+                out = core_mod.synthesize_rank(d, g, unit, self._shift, *rest, *plan_args)
+            else:
+                out = core_mod.synthesize_bound(d, g, unit, self._shift, *rest, *plan_args,
+                                                *posting)  # fmt: skip
+                bound = out[14:]
+            core, built = out[:8], out[8:14]
         if self.first_stage_fraction is not None:
             core = _split_first(core, self.first_stage_fraction)
         sched = Schedule(d, self, q_units * unit, None if cap < 0 else cap, core,
                          time.perf_counter() - t0)  # fmt: skip
+        if bound is not None:
+            sched._nsteps = bound[0]
         if built is not None and built[1] <= len(built[0]):  # else plan() sizes it again
-            sched._plans[rank] = sched._rank_plan(rank, built[0], built[2:])
+            order = None if bound is None else (posting, bound[1], bound[2])
+            sched._plans[rank] = sched._rank_plan(rank, built[0], built[2:], order)
         if rank is not None:
             sched.plan(rank)
         return sched

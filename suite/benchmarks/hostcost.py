@@ -22,6 +22,8 @@ import sys
 
 import numpy as np
 
+from commbench.kernels.transport import slices
+
 NP, GPUS_PER_NODE = 2, 1
 IMPLS = {
     "alltoallv": ("fanout", "spreadout", "pxn", "deepep", "balance-only", "fast", "fast+sched"),
@@ -34,8 +36,9 @@ LIBRARY_CALLS = ("allreduce", "reduce_scatter", "allgather", "alltoallv")
 
 
 class Recorder:
-    """Wraps a transport's ``start``, ``plan`` and library collectives to see what one call
-    posts (install it before the implementation's ``setup`` binds its plans)."""
+    """Wraps a transport's ``start``, ``start_ranges``, ``plan`` and library collectives to
+    see what one call posts (install it before the implementation's ``setup`` binds its
+    plans)."""
 
     def __init__(self, transport) -> None:
         self.t = transport
@@ -44,13 +47,15 @@ class Recorder:
         self.on = False
         self._waited = True
         self._start, self._plan = transport.start, transport.plan
+        self._start_ranges = transport.start_ranges
         transport.start, transport.plan = self.start, self.plan
+        transport.start_ranges = self.start_ranges
         for name in LIBRARY_CALLS:
             setattr(transport, name, self._counting(getattr(transport, name)))
 
     def remove(self) -> None:
         """The transport's own methods back (what is timed must not pay for the recorder)."""
-        for name in ("start", "plan", *LIBRARY_CALLS):
+        for name in ("start", "plan", "start_ranges", *LIBRARY_CALLS):
             delattr(self.t, name)
 
     def _counting(self, method):
@@ -76,6 +81,10 @@ class Recorder:
     def start(self, sends, recvs, group: str = "world"):
         self.posting(sends, recvs, group)
         return self.waited(self._start(sends, recvs, group))
+
+    def start_ranges(self, bufs, sends, recvs, group: str = "world"):
+        self.posting(slices(bufs, sends), slices(bufs, recvs), group)
+        return self.waited(self._start_ranges(bufs, sends, recvs, group))
 
     def posting(self, sends, recvs, group: str) -> None:
         if not self.on:

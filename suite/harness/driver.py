@@ -639,14 +639,16 @@ class Sweep:
             t.barrier()
             t0 = t.now()
             clock.start()
+            tick = clock.tick
             if runner is None:
+                call = impl.run
                 for _ in wd.counting(f"{what}: timed calls", calls):
-                    impl.run(case)
-                    clock.tick()
+                    call(case)
+                    tick()
             else:
                 for _ in wd.counting(f"{what}: timed graph launches", calls):
                     runner()
-                    clock.tick()
+                    tick()
             issued = t.now()
             t.synchronize()
             elapsed = t.now() - t0

@@ -2,12 +2,15 @@
 (:mod:`commbench.analysis.intervals`): :func:`slowest_rank_samples` turns every rank's
 stamps into the per-call times of the slowest rank.
 
-On the ``cpu`` backend a call is done when it returns, so the host clock read after each
-call (~0.1 µs) gives each call's time. On GPU backends calls are queued on a stream: a
-CUDA/HIP event is recorded on it after every ``every``-th call (at most :data:`GPU_TICKS`
-events per point, so the host cost of recording, ~1-2 µs each, stays out of the way of the
-pipelined loop), and the times from the first event to each later one are the stamps.
-The loop's own time (``elapsed / calls``, nccl-tests' number) is unchanged.
+On the ``cpu`` backend a call is done when it returns: the host clock is read after every
+``every``-th call (at most :data:`CPU_TICKS` reads per point, as the native timed loop
+does, so a read, ~0.1-0.2 µs with its bookkeeping, is not paid by every call of a
+Python-level implementation), and each tick's time is the mean of the calls since the one
+before. On GPU backends calls are queued on a stream: a CUDA/HIP event is recorded on it
+after every ``every``-th call (at most :data:`GPU_TICKS` events per point, so the host
+cost of recording, ~1-2 µs each, stays out of the way of the pipelined loop), and the
+times from the first event to each later one are the stamps. The loop's own time
+(``elapsed / calls``, nccl-tests' number) is unchanged.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import numpy as np
 
 #: Most events recorded per point on a GPU backend.
 GPU_TICKS = 20
+#: Most host clock reads per point on ``cpu`` (the native loop's ``TICKS``).
+CPU_TICKS = 64
 
 
 class IterationClock:
@@ -26,9 +31,10 @@ class IterationClock:
         self.calls = calls
         self.per_call = calls_per_tick  # e.g. -G: calls in one graph launch
         self.gpu = getattr(transport, "name", "cpu") != "cpu"
-        self.every = max(1, -(-calls // GPU_TICKS)) if self.gpu else 1
+        self.every = max(1, -(-calls // (GPU_TICKS if self.gpu else CPU_TICKS)))
         self.ticks = -(-calls // self.every)
         self._done = 0
+        self._left = self.every  # calls until the next tick
         self._calls_at = [0]
         if self.gpu:
             import cupy
@@ -42,10 +48,13 @@ class IterationClock:
 
     def tick(self) -> None:
         """After one timed call (or graph launch)."""
-        self._done += 1
-        if self._done % self.every == 0 or self._done == self.calls:
-            self._calls_at.append(self._done)
-            self._mark(len(self._calls_at) - 1)
+        self._left -= 1
+        if self._left:
+            return
+        self._done = min(self._done + self.every, self.calls)
+        self._left = min(self.every, self.calls - self._done)
+        self._calls_at.append(self._done)
+        self._mark(len(self._calls_at) - 1)
 
     def _mark(self, i: int) -> None:
         if self.gpu:

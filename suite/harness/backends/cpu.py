@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -14,6 +16,11 @@ from commbench.kernels.mpitypes import mpi_type_and_op
 
 def _bytes(a: np.ndarray) -> list:
     return [a.view(np.uint8), MPI.BYTE]
+
+
+def _view(a: np.ndarray) -> memoryview:
+    """The bytes of a contiguous array as a flat memoryview (any dtype, bf16 too)."""
+    return memoryview(a.view(np.uint8)).cast("B")
 
 
 class _Requests:
@@ -40,7 +47,10 @@ class _Persistent:
             MPI.Request.Waitall(self._requests)
 
     def run(self) -> None:
-        self.start().wait()
+        requests = self._requests  # start().wait() in one call: the run of every plan
+        if requests:
+            MPI.Prequest.Startall(requests)
+            MPI.Request.Waitall(requests)
 
 
 class CpuTransport:
@@ -78,6 +88,16 @@ class CpuTransport:
         reqs += [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
         return _Requests(reqs)
 
+    def start_ranges(self, bufs, sends, recvs, group: str = "world") -> _Requests:
+        """:meth:`start` of byte ranges of ``bufs`` (``kernels.transport.start_ranges``):
+        each message an MPI (buffer, count, displacement), no slice per message."""
+        comm, byte = self.topo.group(group), MPI.BYTE
+        reqs = [comm.Irecv([bufs[k], y - x, x, byte], source=p, tag=0)
+                for p, k, x, y in zip(*recvs, strict=True)]  # fmt: skip
+        reqs += [comm.Isend([bufs[k], y - x, x, byte], dest=p, tag=0)
+                 for p, k, x, y in zip(*sends, strict=True)]  # fmt: skip
+        return _Requests(reqs)
+
     def exchange(self, sends, recvs, group: str = "world") -> None:
         self.start(sends, recvs, group).wait()
 
@@ -90,6 +110,14 @@ class CpuTransport:
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
+
+    def bind_copy(self, dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
+        """:meth:`copy` bound once (``kernels.transport.bind_copy``): bytes between
+        memoryviews (~0.1 µs a call against ``copyto``'s ~0.5 µs)."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"copy of {src.nbytes} bytes into {dst.nbytes}")
+        whole = slice(None)
+        return partial(operator.setitem, _view(dst), whole, _view(src))
 
     def allreduce(self, send, recv, op: str = "sum", group: str = "world") -> None:
         datatype, mpi_op = mpi_type_and_op(send.dtype, op)

@@ -151,6 +151,22 @@ class GpuTransport:
             nccl.groupEnd()
         return _Stream()
 
+    def start_ranges(self, bufs, sends, recvs, group="world") -> _Stream:
+        """:meth:`start` of byte ranges of ``bufs`` (``kernels.transport.start_ranges``):
+        each message a device pointer plus its offset, no slice per message."""
+        comm = self._comms[group]
+        nccl, stream = self._nccl, self.stream.ptr
+        ptrs = [None if b is None else b.data.ptr for b in bufs]
+        nccl.groupStart()
+        try:
+            for p, k, x, y in zip(*sends, strict=True):
+                comm.send(ptrs[k] + x, y - x, nccl.NCCL_UINT8, p, stream)
+            for p, k, x, y in zip(*recvs, strict=True):
+                comm.recv(ptrs[k] + x, y - x, nccl.NCCL_UINT8, p, stream)
+        finally:
+            nccl.groupEnd()
+        return _Stream()
+
     def exchange(self, sends, recvs, group: str = "world") -> None:
         self.start(sends, recvs, group).wait()
 
