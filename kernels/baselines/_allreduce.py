@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AllreduceCase
 from commbench.kernels.reduce import check_op, reduce_into
 from commbench.kernels.transport import bind_posts
@@ -76,8 +77,18 @@ class FlatAllreduce:
 
     def run(self, case: AllreduceCase) -> None:
         t, xp = self.t, self.t.xp
+        tl = timeline.active()
         t.copy(case.recv, case.send)
-        for plan, reduce in self._bound:
-            plan.run()
+        if tl:
+            tl.mark("copy")
+        for k, (plan, reduce) in enumerate(self._bound):
+            pending = plan.start()
+            if tl:
+                tl.mark("post", k)
+            pending.wait()
+            if tl:
+                tl.mark("wait", k)
             if reduce is not None:
                 reduce_into(xp, reduce[0], reduce[0], reduce[1], case.op, self.dtype)
+                if tl:
+                    tl.mark("reduce", k)

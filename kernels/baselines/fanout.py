@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_posts
@@ -41,4 +42,10 @@ class Fanout:
         )
 
     def run(self, case: AlltoallvCase) -> None:
-        self._posts.run()
+        tl = timeline.active()
+        pending = self._posts.start()
+        if tl:
+            tl.mark("post", 0)
+        pending.wait()
+        if tl:
+            tl.mark("wait", 0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_posts
@@ -152,12 +153,22 @@ class _Relay:
 
     def run(self, case: AlltoallvCase) -> None:
         t = self.transport
+        tl = timeline.active()
         for dst, src in self._before:
             t.copy(dst, src)
-        self._hops[0].run()
-        self._hops[1].run()
+        if tl and self._before:
+            tl.mark("copy", 0)
+        for k, hop in enumerate(self._hops):
+            pending = hop.start()
+            if tl:
+                tl.mark("post", k)
+            pending.wait()
+            if tl:
+                tl.mark("wait", k)
         for dst, src in self._after:
             t.copy(dst, src)
+        if tl and self._after:
+            tl.mark("copy", 1)
 
     def info(self) -> dict:
         return dict(self._info)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_posts
@@ -55,10 +56,18 @@ class Spreadout:
 
     def run(self, case: AlltoallvCase) -> None:
         t = self.transport
+        tl = timeline.active()
         if self._copy is not None:
             t.copy(*self._copy)
-        for step in self._steps:
-            step.run()
+            if tl:
+                tl.mark("copy")
+        for k, step in enumerate(self._steps):
+            pending = step.start()
+            if tl:
+                tl.mark("post", k)
+            pending.wait()
+            if tl:
+                tl.mark("wait", k)
 
     def info(self) -> dict:
         return {"steps": len(self._steps)}

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.fast import plan as P
 from commbench.kernels.transport import Replay, bind_posts
 
@@ -260,18 +261,25 @@ class PlanExecutor:
         if n == 0:
             return
         once = self._once
+        tl = timeline.active()  # --timeline: per step, its post, copy and wait spans
         step = self._replay_step(0) if once else self._steps[0]
         for i in range(n):
             posts, copies = step
             pending = [p.start() for p in posts]
+            if tl:
+                tl.mark("post", i)
             for dst, src in copies:
                 t.copy(dst, src)
+            if tl and copies:
+                tl.mark("copy", i)
             if once:
                 self._spent = None  # the step before this one, freed while this one moves
             if i + 1 < n:
                 step = self._replay_step(i + 1) if once else self._steps[i + 1]
             for p in pending:
                 p.wait()
+            if tl:
+                tl.mark("wait", i)
             if once:
                 self._spent = (posts, copies, pending)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.doubling import Step, doubling_steps
 from commbench.kernels.nvrar import cells
 from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
@@ -136,6 +137,7 @@ class MpiRail:
         win = w.win
         u64 = MPI.UINT64_T
 
+        tl = timeline.active()
         for step in self.steps:  # credits: every receiver of ours has consumed call t-1
             if step.send_to is not None:
                 slot = step.index
@@ -147,6 +149,8 @@ class MpiRail:
                     "credit",
                     t,
                 )
+                if tl:
+                    tl.mark("wait", step.index)
 
         acc = src
         received: list[Step] = []
@@ -154,14 +158,20 @@ class MpiRail:
             if step.send_to is not None:
                 out = w.send[w.layout.send_offset(step.index) :][:ncells]
                 cells.pack(np, storage(acc, dtype), flag, out)
+                if tl:
+                    tl.mark("pack", step.index)
                 base = w.layout.recv_offset(step.index)
                 for a, b in chunks:
                     win.Put([out[a:b], u64], step.send_to, target=(base + a, b - a, u64))
                 win.Flush(step.send_to)
+                if tl:
+                    tl.mark("post", step.index)
             if step.recv_from is not None:
                 region = w.words[w.layout.recv_offset(step.index) :][:ncells]
                 for a, b in chunks:
                     self._wait(w, _Arrival(region, a, b, flag), step, step.recv_from, "data", t)
+                    if tl:
+                        tl.mark("wait", step.index)
                     part = region[a:b]
                     e0, e1 = a * epc, min(b * epc, n)
                     data = cells.unpack(np, part, e1 - e0, itemsize)
@@ -169,6 +179,8 @@ class MpiRail:
                         reduce_into(np, dst[e0:e1], acc[e0:e1], data, op, dtype)
                     else:
                         storage(dst, dtype)[e0:e1] = data.view(storage(dst, dtype).dtype)
+                    if tl:
+                        tl.mark("reduce" if step.combine == "reduce" else "copy", step.index)
                 acc = dst
                 received.append(step)
         if acc is not dst:  # a single node: nothing to exchange
@@ -180,6 +192,8 @@ class MpiRail:
             win.Put([slot, u64], step.recv_from, target=(step.index, 1, u64))
         for target in {s.recv_from for s in received}:
             win.Flush(target)
+        if tl:
+            tl.mark("post")  # the credits
 
     def _wait(
         self, w: _Window, ready: Callable[[], bool], step: Step, partner: int, what: str, t: int
