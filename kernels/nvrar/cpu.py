@@ -11,8 +11,13 @@ on 2 cores must not starve the sender); after ``YIELD_POLLS`` empty polls it sle
 oversubscribed machine a yield alone hands the core back to the poller too often.
 
 Credits: before sending in call t a rank waits until each receiver of its data has set the
-step's credit word (in the sender's window) to t-1, i.e. finished consuming call t-1;
-receivers set it at the end of their call. So a region is never overwritten while read.
+step's credit word (in the sender's window) to t-2 or later, i.e. finished consuming call
+t-2; receivers set it at the end of their call. Receive and send regions come in two sets,
+used by odd and even calls (the sequence flag still tells calls apart), so a region is never
+overwritten while read. The paper's credit is for call t-1 with one set: on the CPU over TCP
+that made each call wait for every partner's whole previous call plus one more message (the
+credit), which back-to-back calls pay as a fourth hop on top of recursive doubling's three;
+with two sets the credit a call needs was sent a whole call earlier.
 
 No flush inside a call, as on the GPU (where the credit is what proves that earlier puts
 landed, so there is no quiet): a step's puts are started and the rank goes on to its own
@@ -43,6 +48,10 @@ from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
 from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
 from commbench.kernels.reduce import reduce_into, storage
 
+#: Receive (and send) regions alternate between calls: call t overwrites what call t-2
+#: wrote, so its credit (t-2 consumed) is long in when it starts and calls back to back
+#: do not wait on each other's last step (see the module docstring).
+PARITIES = 2
 #: Polls that only yield before a waiting receiver starts sleeping between polls.
 YIELD_POLLS = 20
 
@@ -55,8 +64,8 @@ class _Window:
     credit_src: np.ndarray  # origin buffers of credit puts, one per step
     layout: cells.RailLayout
     seq: int = 0
-    #: requests of the puts not yet known to be complete (request-based ``Rput``)
-    pending: list = field(default_factory=list)
+    #: per call parity, the requests of its puts not yet known to be complete (``Rput``)
+    pending: tuple[list, list] = field(default_factory=lambda: ([], []))
 
 
 class _Arrival:
@@ -101,7 +110,7 @@ class MpiRail:
             return found
         from mpi4py import MPI
 
-        layout = cells.RailLayout(len(self.steps), ncells)
+        layout = cells.RailLayout(PARITIES * len(self.steps), ncells)  # see _region
         win = MPI.Win.Allocate(
             layout.window_words * cells.CELL_BYTES, cells.CELL_BYTES, comm=self.comm
         )
@@ -146,18 +155,19 @@ class MpiRail:
         w = self._windows[ncells]
         w.seq += 1
         t = w.seq
+        parity = t % PARITIES
         flag = cells.seq_flag(t)
         chunks = chunk_bounds(ncells, tuning.chunk_cells())
         win = w.win
         u64 = MPI.UINT64_T
 
         tl = timeline.active()
-        for step in self.steps:  # credits: every receiver of ours has consumed call t-1
-            if step.send_to is not None:
+        for step in self.steps:  # credits: every receiver of ours has consumed call t-2,
+            if step.send_to is not None:  # the last one to use the regions of this parity
                 slot = step.index
                 self._wait(
                     w,
-                    lambda slot=slot: int(w.words[slot]) >= t - 1,
+                    lambda slot=slot: int(w.words[slot]) >= t - PARITIES,
                     step,
                     step.send_to,
                     "credit",
@@ -165,22 +175,23 @@ class MpiRail:
                 )
                 if tl:
                     tl.mark("wait", step.index)
-        if w.pending:  # call t-1's puts: complete before their origin buffers are reused
-            MPI.Request.Waitall(w.pending)  # (landed: the credits say so)
-            w.pending.clear()
+        pending = w.pending[parity]
+        if pending:  # call t-2's puts: complete before their origin buffers are reused
+            MPI.Request.Waitall(pending)  # (landed long ago: the credits say so)
+            pending.clear()
             if tl:
                 tl.mark("wait")
-        pending = w.pending
 
         acc = src
         received: list[Step] = []
         for step in self.steps:
             if step.send_to is not None:
-                out = w.send[w.layout.send_offset(step.index) :][:ncells]
+                region = self._region(step, parity)
+                out = w.send[w.layout.send_offset(region) :][:ncells]
                 cells.pack(np, storage(acc, dtype), flag, out)
                 if tl:
                     tl.mark("pack", step.index)
-                base = w.layout.recv_offset(step.index)
+                base = w.layout.recv_offset(region)
                 for a, b in chunks:
                     pending.append(
                         win.Rput([out[a:b], u64], step.send_to, target=(base + a, b - a, u64))
@@ -188,7 +199,8 @@ class MpiRail:
                 if tl:
                     tl.mark("post", step.index)
             if step.recv_from is not None:
-                region = w.words[w.layout.recv_offset(step.index) :][:ncells]
+                offset = w.layout.recv_offset(self._region(step, parity))
+                region = w.words[offset:][:ncells]
                 for a, b in chunks:
                     self._wait(w, _Arrival(region, a, b, flag), step, step.recv_from, "data", t)
                     if tl:
@@ -208,11 +220,17 @@ class MpiRail:
             dst[...] = src
 
         for step in received:  # credits: we are done with call t's regions
-            w.credit_src[step.index] = t
-            slot = w.credit_src[step.index : step.index + 1]
+            i = self._region(step, parity)
+            w.credit_src[i] = t
+            slot = w.credit_src[i : i + 1]
             pending.append(win.Rput([slot, u64], step.recv_from, target=(step.index, 1, u64)))
         if tl:
             tl.mark("post")  # the credits
+
+    def _region(self, step: Step, parity: int) -> int:
+        """Index of ``step``'s send / receive region (and credit origin word) in calls of
+        this parity."""
+        return step.index + parity * len(self.steps)
 
     def _wait(
         self, w: _Window, ready: Callable[[], bool], step: Step, partner: int, what: str, t: int
@@ -221,7 +239,7 @@ class MpiRail:
 
         deadline = time.monotonic() + self.timeout_s
         win = w.win
-        pending = w.pending
+        pending = w.pending[w.seq % PARITIES]
         polls = 0
         while True:
             win.Sync()
