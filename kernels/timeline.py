@@ -69,6 +69,16 @@ class Recorder:
         return [(c, s, k, (a - o) * 1e6, (b - o) * 1e6) for c, s, k, a, b in self._spans]
 
 
+def run_posts(plan, recorder: Recorder, step: int = -1) -> None:
+    """``plan.run()`` (a :class:`~commbench.kernels.transport.Plan`) as a ``post`` span
+    (starting the sends and receives) and a ``wait`` span; callers take this path only
+    when recording, their default path stays ``plan.run()``."""
+    pending = plan.start()
+    recorder.mark("post", step)
+    pending.wait()
+    recorder.mark("wait", step)
+
+
 @contextmanager
 def recording(recorder: Recorder | None) -> Iterator[Recorder | None]:
     """Make ``recorder`` the :func:`active` one inside the block (None: record nothing)."""

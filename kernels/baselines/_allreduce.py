@@ -82,12 +82,10 @@ class FlatAllreduce:
         if tl:
             tl.mark("copy")
         for k, (plan, reduce) in enumerate(self._bound):
-            pending = plan.start()
             if tl:
-                tl.mark("post", k)
-            pending.wait()
-            if tl:
-                tl.mark("wait", k)
+                timeline.run_posts(plan, tl, k)
+            else:
+                plan.run()
             if reduce is not None:
                 reduce_into(xp, reduce[0], reduce[0], reduce[1], case.op, self.dtype)
                 if tl:

@@ -43,9 +43,7 @@ class Fanout:
 
     def run(self, case: AlltoallvCase) -> None:
         tl = timeline.active()
-        pending = self._posts.start()
         if tl:
-            tl.mark("post", 0)
-        pending.wait()
-        if tl:
-            tl.mark("wait", 0)
+            timeline.run_posts(self._posts, tl, 0)
+        else:
+            self._posts.run()

@@ -159,12 +159,10 @@ class _Relay:
         if tl and self._before:
             tl.mark("copy", 0)
         for k, hop in enumerate(self._hops):
-            pending = hop.start()
             if tl:
-                tl.mark("post", k)
-            pending.wait()
-            if tl:
-                tl.mark("wait", k)
+                timeline.run_posts(hop, tl, k)
+            else:
+                hop.run()
         for dst, src in self._after:
             t.copy(dst, src)
         if tl and self._after:

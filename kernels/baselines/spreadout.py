@@ -62,12 +62,10 @@ class Spreadout:
             if tl:
                 tl.mark("copy")
         for k, step in enumerate(self._steps):
-            pending = step.start()
             if tl:
-                tl.mark("post", k)
-            pending.wait()
-            if tl:
-                tl.mark("wait", k)
+                timeline.run_posts(step, tl, k)
+            else:
+                step.run()
 
     def info(self) -> dict:
         return {"steps": len(self._steps)}
