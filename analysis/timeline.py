@@ -114,7 +114,7 @@ def figure_8(points: pd.DataFrame, out_dir: str | Path | None = None):
     """Per-rank timeline (Gantt chart) of one call per point with ``--timeline`` spans.
 
     One panel per point (up to :data:`MAX_POINTS`): each rank a row, its spans coloured by
-    kind, x = µs since the call began on that rank (calls start after a barrier in latency
+    kind, a black tick where each step or stage begins, x = µs since the call began on that rank (calls start after a barrier in latency
     mode, back to back when pipelined); the call shown is the median one (:func:`median_call`).
     """
     name = "fig8_timeline"
@@ -165,6 +165,10 @@ def _gantt(ax, part: pd.DataFrame) -> None:
                     color=KIND_COLORS.get(kind, "#000000"),
                     alpha=alpha,
                 )
+        inner = inner.sort_values("start_us")  # a black tick where each step / stage begins
+        begins = inner["step"].ne(inner["step"].shift()) & (inner["step"] >= 0)
+        ax.vlines(inner.loc[begins, "start_us"] - t0, rank - 0.4, rank + 0.4, color="black",
+                  linewidth=0.8)  # fmt: skip
     head = part.iloc[0]
     where = f"{head['system']} · {head['nodes']}x{head['gpus_per_node']}"
     what = f"{head['collective']} {head['impl']} {binary_label(int(head['size_bytes']))}"
