@@ -27,9 +27,10 @@ message costs ~0.2 ms). MPI still wants every RMA operation completed by a synch
 call before its origin buffer is reused, so each call begins, once its credits are in (all
 of the previous call's data has then been read), with one ``Flush_all``: it completes the
 previous call's puts and credits, which by then have landed, without waiting on anyone.
-What the CPU transport cannot express: an MPI ``Put`` is not progressed by the target's
-hardware, so a waiting receiver drives MPI's progress engine (``Iprobe``) between polls, or
-a put over TCP would land only when the target next entered MPI.
+What the CPU transport cannot express: an MPI ``Put`` over TCP is an active message that
+lands when the target's MPI progress engine runs (here inside its polling loop's MPI
+calls), not by itself as an NVSHMEM put does; and its completion must be asked for, so a
+rank whose puts are in flight tests them while it polls instead of sleeping.
 """
 
 from __future__ import annotations
@@ -258,12 +259,10 @@ class MpiRail:
                         timeout_s=self.timeout_s,
                     )
                 )
-            # Testing drives MPI's progress engine: the partner's puts land through it, and
-            # ours leave through it; while ours are in flight this rank keeps pushing them
+            # while this rank's own puts are in flight it tests them (MPI progress pushes
+            # them out) and does not sleep
             if pending and MPI.Request.Testall(pending):
                 pending.clear()
-            elif not pending:
-                self.comm.Iprobe()
             polls += 1
             if pending or polls <= YIELD_POLLS or not self.poll_sleep_s:
                 os.sched_yield()
