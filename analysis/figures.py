@@ -1,4 +1,4 @@
-"""The seven figures of the report; each returns a Figure and saves PNG + SVG.
+"""The eight figures of the report; each returns a Figure and saves PNG + SVG.
 
 Every ``figure_N(data, out_dir=None, ...)`` takes the DataFrame of
 :func:`commbench.analysis.load.load_results` (figure 4: of :func:`commbench.analysis.load.load_schedules`),
@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from commbench.analysis import timeline
 from commbench.analysis.load import load_reference
 from commbench.analysis.style import (
     REFERENCE_COLOR,
@@ -48,8 +49,9 @@ from commbench.analysis.tables import (
     summarise,
     with_series,
 )
+from commbench.analysis.timeline import figure_8
 
-EMPTY_GID = "commbench-empty"
+EMPTY_GID = timeline.EMPTY_GID
 MAX_PANELS = 6
 KiB, MiB = 1 << 10, 1 << 20
 SKEWED_EXCLUDE = ("", "uniform")
@@ -534,7 +536,7 @@ def figure_4(
     if schedules.empty:
         return _empty(
             title,
-            'No schedule rows: no FAST record carries its schedule and no record has\n'
+            "No schedule rows: no FAST record carries its schedule and no record has\n"
             'collective "schedule". `commbench simulate --impl fast` (as make run does) or a\n'
             "measured `fast` run writes them.",
             out_dir,
@@ -967,6 +969,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(5, "fig5_node_scaling", figure_5, options=("reference",)),
     FigureSpec(6, "fig6_interconnects", figure_6, options=("reference", "rates")),
     FigureSpec(7, "fig7_model_predictions", figure_7, options=("reference",)),
+    FigureSpec(8, "fig8_timeline", figure_8),
 )
 
 
@@ -988,7 +991,7 @@ def render_all(
     reference: pd.DataFrame | None = None,
     rates: Mapping[str, float] | None = None,
 ) -> list[Rendered]:
-    """Every figure 1–7 from the given results (PNG + SVG into ``out_dir`` when given)."""
+    """Every figure 1–8 from the given results (PNG + SVG into ``out_dir`` when given)."""
     ref = _reference(reference)
     done = []
     for spec in FIGURES:

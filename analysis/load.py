@@ -76,6 +76,9 @@ SCHEDULE_OPTIONAL = (
 )
 POINT_REQUIRED = ("collective", "impl", "size_bytes")
 RAW_SUFFIX = ".raw.jsonl"
+#: ``run --timeline``'s side file: one line per span of every rank and call
+TIMELINE_SUFFIX = ".timeline.jsonl"
+SIDE_SUFFIXES = (RAW_SUFFIX, TIMELINE_SUFFIX)
 POINT_TIMES = ("time_us_min", "time_us_avg", "time_us_max")
 
 # Defaults for fields a point record may lack (older or hand-written files).
@@ -133,6 +136,7 @@ POINT_DEFAULTS: dict[str, object] = {
     "ci_method": None,
     "launch": None,
     "tiers": None,
+    "timeline_file": None,
 }
 POINT_COLUMNS = tuple(POINT_DEFAULTS) + ("collective", "impl", "size_bytes")
 DERIVED_COLUMNS = ("source_file", "source_line", "kind", "workload_key", "zipf_s")
@@ -145,8 +149,8 @@ DEFAULT_ZIPF = 0.8  # what commbench.harness.workloads means by a bare "zipf"
 def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Every ``*.jsonl`` file named or found (recursively) under the given paths, sorted.
 
-    Raw side files (``*.raw.jsonl``, per-rank per-iteration times) are not result files and
-    are skipped. A path that does not exist is an error; a directory without result files
+    Side files (``*.raw.jsonl``, per-rank per-iteration times; ``*.timeline.jsonl``, the
+    ``--timeline`` spans) are not result files and are skipped. A path that does not exist is an error; a directory without result files
     is not.
     """
     files: list[Path] = []
@@ -155,13 +159,15 @@ def result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
         if p.is_dir():
             files.extend(
                 sorted(
-                    f for f in p.rglob("*.jsonl") if f.is_file() and not f.name.endswith(RAW_SUFFIX)
+                    f
+                    for f in p.rglob("*.jsonl")
+                    if f.is_file() and not f.name.endswith(SIDE_SUFFIXES)
                 )
             )
         elif p.is_file():
-            if p.name.endswith(RAW_SUFFIX):
+            if p.name.endswith(SIDE_SUFFIXES):
                 raise ValueError(
-                    f"{p} is a raw per-iteration side file: give the results file next to it"
+                    f"{p} is a side file (raw times or timeline): give the results file next to it"
                 )
             files.append(p)
         else:

@@ -1,4 +1,4 @@
-"""One-file report: figures 1–7 inlined, best implementation per size and system, speed-ups.
+"""One-file report: figures 1–8 inlined, best implementation per size and system, speed-ups.
 
 HTML (default): a single self-contained page, every figure inlined as a base64 ``data:``
 URI (PNG, or SVG with ``image_format="svg"``), no external links, so it can be mailed.
@@ -40,6 +40,7 @@ from commbench.analysis.tables import (
     overhead_table,
     speedup_table,
 )
+from commbench.analysis.timeline import KIND_COLORS, load_timeline, timeline_breakdown
 
 FORMATS = ("html", "md")
 
@@ -319,6 +320,46 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def present_timeline(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per point with a timeline: µs per call and rank in each kind of span."""
+    if table.empty:
+        return pd.DataFrame()
+    keys = ["system", "nodes", "gpus_per_node", "collective", "impl", "size_bytes",
+            "workload_key", "run_id", "point", "inplace"]  # fmt: skip
+    table = table.assign(
+        inplace=table["inplace"].fillna(0).astype(int), kind=table["kind"] + " (µs)"
+    )  # a kind's column must not meet the point's own ("collective")
+    wide = table.set_index([*keys, "kind"])["us_per_call"].unstack("kind").reset_index()
+    wide = wide.dropna(subset=["call (µs)"])
+    out = pd.DataFrame(
+        {
+            "system": wide["system"],
+            "nodes×GPUs": _nodes_column(wide),
+            "collective": wide["collective"],
+            "impl": wide["impl"],
+            "size": _size_column(wide),
+            "workload": _workload_column(wide),
+        }
+    )
+    for kind in ("call", *(k for k in KIND_COLORS if k != "call"), "other"):
+        if f"{kind} (µs)" in wide.columns:
+            out[f"{kind} (µs)"] = [_fmt_num(x) for x in wide[f"{kind} (µs)"]]
+    return out
+
+
+def _timeline_section(points: pd.DataFrame) -> dict:
+    return {
+        "title": "Where the time goes (--timeline)",
+        "text": "Points run with `commbench run --timeline`: the mean time per call and rank "
+        "spent posting sends and receives, waiting for them (or for a partner's data), "
+        "copying, reducing, packing, in library collectives and scheduling; other = the "
+        "call's time outside the algorithm's spans (the harness's own stamps). Library "
+        "baselines have only the call. Figure 8 draws one call per rank.",
+        "table": present_timeline(timeline_breakdown(load_timeline(points))),
+        "empty": "no point was run with --timeline",
+    }
+
+
 def present_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
@@ -422,6 +463,7 @@ def _sections(points, ref, rates) -> list[dict]:
             "none was host-bound",
         },
         _stragglers_section(points),
+        _timeline_section(points),
         {
             "title": "The papers' numbers (reference, not ours)",
             "text": "From results/reference/*.csv; each row names its source.",

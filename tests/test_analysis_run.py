@@ -59,5 +59,5 @@ def test_every_figure_from_a_real_run(real_results, spec, tmp_path):
 
 def test_report_from_a_real_run(real_results, tmp_path):
     page = write_report([real_results], tmp_path / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 7
+    assert page.count("data:image/png;base64,") == 8
     assert "<td>local</td>" in page and "nvrar" in page

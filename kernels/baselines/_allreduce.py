@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AllreduceCase
 from commbench.kernels.reduce import bind_reduce, check_op
 from commbench.kernels.transport import bind_copy, bind_posts
@@ -66,18 +67,23 @@ class FlatAllreduce:
             self._key = key
             self.tmp = self.t.empty(case.count, case.send.dtype)
         self.dtype = dtype = np.dtype(case.dtype)
-        calls = [bind_copy(self.t, case.recv, case.send)]
-        for sends, recvs, reduce in self.steps(case) if case.count else []:
-            calls.append(bind_posts(self.t, sends, recvs).run)
+        work = [("copy", -1, bind_copy(self.t, case.recv, case.send))]
+        for k, (sends, recvs, reduce) in enumerate(self.steps(case) if case.count else []):
+            work.append((timeline.POSTS, k, bind_posts(self.t, sends, recvs)))
             if reduce is not None:
                 acc, got = reduce
-                calls.append(bind_reduce(self.t.xp, acc, acc, got, case.op, dtype))
-        self._calls = tuple(calls)
+                work.append(("reduce", k, bind_reduce(self.t.xp, acc, acc, got, case.op, dtype)))
+        self._work = tuple(work)  # (kind, step, call or Plan): what --timeline records
+        self._calls = timeline.traced_calls(work)
 
     def steps(self, case: AllreduceCase) -> list[Step]:
         """This rank's steps for ``case`` (the algorithm, as a value)."""
         raise NotImplementedError
 
     def run(self, case: AllreduceCase) -> None:
+        tl = timeline.active()
+        if tl:
+            timeline.run_traced(self._work, tl)
+            return
         for call in self._calls:  # bound in setup for this case
             call()

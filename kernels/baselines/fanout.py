@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_posts
@@ -41,4 +42,8 @@ class Fanout:
         )
 
     def run(self, case: AlltoallvCase) -> None:
-        self._posts.run()
+        tl = timeline.active()
+        if tl:
+            timeline.run_posts(self._posts, tl, 0)
+        else:
+            self._posts.run()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_copy, bind_posts
@@ -140,18 +141,24 @@ class _Relay:
         def msgs(key: str) -> list:
             return [(peer, view(w, o, n)) for peer, w, o, n in plan[key]]
 
-        def moves(key: str) -> list:
-            return [bind_copy(t, view(wd, od, n), view(ws, os_, n))
+        def moves(key: str, step: int) -> list:
+            return [("copy", step, bind_copy(t, view(wd, od, n), view(ws, os_, n)))
                     for wd, od, ws, os_, n in plan[key]]  # fmt: skip
 
-        hops = [
-            bind_posts(t, msgs("hop1_send"), msgs("hop1_recv")),
-            bind_posts(t, msgs("hop2_send"), msgs("hop2_recv")),
-        ]
-        self._calls = (*moves("copies"), hops[0].run, hops[1].run, *moves("copies_after"))
+        self._work = (  # (kind, step, call or Plan): what --timeline records
+            *moves("copies", 0),
+            (timeline.POSTS, 0, bind_posts(t, msgs("hop1_send"), msgs("hop1_recv"))),
+            (timeline.POSTS, 1, bind_posts(t, msgs("hop2_send"), msgs("hop2_recv"))),
+            *moves("copies_after", 1),
+        )
+        self._calls = timeline.traced_calls(self._work)
         self._info = {"steps": 2, "scratch_bytes": plan["scratch_bytes"]}
 
     def run(self, case: AlltoallvCase) -> None:
+        tl = timeline.active()
+        if tl:
+            timeline.run_traced(self._work, tl)
+            return
         for call in self._calls:  # copies, hop 1, hop 2, copies after (bound in setup)
             call()
 

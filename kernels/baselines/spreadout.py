@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase, exclusive_cumsum
 from commbench.kernels.registry import register
 from commbench.kernels.transport import bind_copy, bind_posts
@@ -46,16 +47,23 @@ class Spreadout:
     def setup(self, case: AlltoallvCase) -> None:
         t = self.transport
         (so, ro, n), steps = spreadout_plan(case.traffic, case.rank)
-        copy = [bind_copy(t, case.recv[ro : ro + n], case.send[so : so + n])] if n else []
+        own = (case.recv[ro : ro + n], case.send[so : so + n])
+        copy = (("copy", -1, bind_copy(t, *own)),) if n else ()
         self._steps = [
-            bind_posts(t,
-                       [(s[0], case.send[s[1] : s[1] + s[2]])] if s else [],
-                       [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else []).run
-            for _, s, r in steps
+            (timeline.POSTS, k,
+             bind_posts(t,
+                        [(s[0], case.send[s[1] : s[1] + s[2]])] if s else [],
+                        [(r[0], case.recv[r[1] : r[1] + r[2]])] if r else []))
+            for k, (_, s, r) in enumerate(steps)
         ]  # fmt: skip
-        self._calls = (*copy, *self._steps)
+        self._work = (*copy, *self._steps)  # (kind, step, call or Plan): what --timeline records
+        self._calls = timeline.traced_calls(self._work)
 
     def run(self, case: AlltoallvCase) -> None:
+        tl = timeline.active()
+        if tl:
+            timeline.run_traced(self._work, tl)
+            return
         for call in self._calls:  # the own block's copy, then the steps (bound in setup)
             call()
 

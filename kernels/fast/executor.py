@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.fast import plan as P
 from commbench.kernels.transport import bind_copy, bind_posts, slices, start_ranges
 
@@ -266,29 +267,43 @@ class PlanExecutor:
         if self._once:
             self._run_once()
             return
-        for starts, copies in self._steps:
+        tl = timeline.active()  # --timeline: per step, its post, copy and wait spans
+        for i, (starts, copies) in enumerate(self._steps):
             pending = [start() for start in starts]
+            if tl:
+                tl.mark("post", i)
             for copy in copies:
                 copy()
+            if tl and copies:
+                tl.mark("copy", i)
             for p in pending:
                 p.wait()
+            if tl:
+                tl.mark("wait", i)
 
     def _run_once(self) -> None:
         """:meth:`run` of a plan bound ``once``: each step posted from its buffer offsets;
         the next step's read and the previous step's freed before waiting."""
         t, bufs = self.transport, self._bufs
+        tl = timeline.active()
         n = len(self._bounds)
         step = self._ranges(0) if n else None
         for i in range(n):
             posts, copies = step
             pending = [start_ranges(t, bufs, s, r, group) for group, s, r in posts]
+            if tl:
+                tl.mark("post", i)
             for dst, src in copies:
                 t.copy(dst, src)
+            if tl and copies:
+                tl.mark("copy", i)
             self._spent = None  # the step before this one, freed while this one moves
             if i + 1 < n:
                 step = self._ranges(i + 1)
             for p in pending:
                 p.wait()
+            if tl:
+                tl.mark("wait", i)
             self._spent = (posts, copies, pending)
 
 

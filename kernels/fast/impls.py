@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AlltoallvCase
 from commbench.kernels.fast import OPTIONS, Scheduler, compile_seconds, schedule_ahead, warmup
 from commbench.kernels.fast.executor import PlanExecutor, load
@@ -169,6 +170,9 @@ class FastSched(_Fast):
         self._sched_s += time.perf_counter() - t0
         self._calls += 1
         self.schedule = sched
+        tl = timeline.active()
+        if tl:
+            tl.mark("schedule")
         self.executor.run()
 
     def _made_ahead(self, case: AlltoallvCase):

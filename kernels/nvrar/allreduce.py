@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from commbench.kernels import timeline
 from commbench.kernels.cases import AllreduceCase
 from commbench.kernels.doubling import doubling_steps, step_count
 from commbench.kernels.nvrar import cells
@@ -136,17 +137,22 @@ class Nvrar:
             else:
                 self.t.copy(case.recv, case.send)
             return
+        tl = timeline.active()
         rs_in = case.send
         if self.padsend is not None:
             self.t.copy(self.padsend[:n], case.send)
             rs_in = self.padsend
         self.t.reduce_scatter(rs_in, self.segbuf, case.op, "node")
+        if tl:
+            tl.mark("collective")  # the intra-node reduce-scatter
         if self.rail is not None:
             self.rail.run(self.segbuf, self.segbuf, dtype, case.op, self.tuning)
         ag_out = case.recv if self.padrecv is None else self.padrecv
         self.t.allgather(self.segbuf, ag_out, "node")
         if self.padrecv is not None:
             self.t.copy(case.recv, self.padrecv[:n])
+        if tl:
+            tl.mark("collective")  # the intra-node all-gather
 
     def info(self) -> dict[str, Any]:
         if self.rail is not None:

@@ -3,16 +3,34 @@
 One window per cell count, created once (collectively over the rail communicator: the
 ranks with this local index, one per node) and reused by every later call of that size
 without clearing: a receive region is ready when its cells carry this call's sequence
-flag. Passive target (``Lock_all``) for the window's lifetime; ``Put`` + ``Flush``
-to send; the receiver polls its own window memory with ``Win.Sync()`` in the loop (keeps
-the memory model honest on weakly ordered CPUs) and yields the core when nothing has
-arrived (8 ranks on 2 cores must not starve the sender); after ``YIELD_POLLS`` empty polls
-it sleeps ``poll_sleep_s`` between polls (param ``poll_sleep_us``, 0 = only yield), since
-on an oversubscribed machine a yield alone hands the core back to the poller too often.
+flag. Passive target (``Lock_all``) for the window's lifetime; ``Put`` to send; the
+receiver polls its own window memory with ``Win.Sync()`` in the loop (keeps the memory
+model honest on weakly ordered CPUs) and yields the core when nothing has arrived (8 ranks
+on 2 cores must not starve the sender); after ``YIELD_POLLS`` empty polls it sleeps
+``poll_sleep_s`` between polls (param ``poll_sleep_us``, 0 = only yield), since on an
+oversubscribed machine a yield alone hands the core back to the poller too often.
 
 Credits: before sending in call t a rank waits until each receiver of its data has set the
-step's credit word (in the sender's window) to t-1, i.e. finished consuming call t-1;
-receivers set it at the end of their call. So a region is never overwritten while read.
+step's credit word (in the sender's window) to t-2 or later, i.e. finished consuming call
+t-2; receivers set it at the end of their call. Receive and send regions come in two sets,
+used by odd and even calls (the sequence flag still tells calls apart), so a region is never
+overwritten while read. The paper's credit is for call t-1 with one set: on the CPU over TCP
+that made each call wait for every partner's whole previous call plus one more message (the
+credit), which back-to-back calls pay as a fourth hop on top of recursive doubling's three;
+with two sets the credit a call needs was sent a whole call earlier.
+
+No flush inside a call, as on the GPU (where the credit is what proves that earlier puts
+landed, so there is no quiet): a step's puts are started and the rank goes on to its own
+receive. Over TCP a ``Flush`` after every step cost a round trip to the target's progress
+engine (``run --timeline``: 1-5 ms of "post" per step on 8 loaded single-rank nodes, where a
+message costs ~0.2 ms). MPI still wants every RMA operation completed by a synchronisation
+call before its origin buffer is reused, so each call begins, once its credits are in (all
+of the previous call's data has then been read), with one ``Flush_all``: it completes the
+previous call's puts and credits, which by then have landed, without waiting on anyone.
+What the CPU transport cannot express: an MPI ``Put`` over TCP is an active message that
+lands when the target's MPI progress engine runs (here inside its polling loop's MPI
+calls), not by itself as an NVSHMEM put does; and its completion must be asked for, so a
+rank whose puts are in flight tests them while it polls instead of sleeping.
 """
 
 from __future__ import annotations
@@ -20,16 +38,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.kernels import timeline
 from commbench.kernels.doubling import Step, doubling_steps
 from commbench.kernels.nvrar import cells
 from commbench.kernels.nvrar.schedule import NvrarTimeout, timeout_message
 from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
 from commbench.kernels.reduce import reduce_into, storage
 
+#: Receive (and send) regions alternate between calls: call t overwrites what call t-2
+#: wrote, so its credit (t-2 consumed) is long in when it starts and calls back to back
+#: do not wait on each other's last step (see the module docstring).
+PARITIES = 2
 #: Polls that only yield before a waiting receiver starts sleeping between polls.
 YIELD_POLLS = 20
 
@@ -42,6 +65,8 @@ class _Window:
     credit_src: np.ndarray  # origin buffers of credit puts, one per step
     layout: cells.RailLayout
     seq: int = 0
+    #: per call parity, the requests of its puts not yet known to be complete (``Rput``)
+    pending: tuple[list, list] = field(default_factory=lambda: ([], []))
 
 
 class _Arrival:
@@ -86,7 +111,7 @@ class MpiRail:
             return found
         from mpi4py import MPI
 
-        layout = cells.RailLayout(len(self.steps), ncells)
+        layout = cells.RailLayout(PARITIES * len(self.steps), ncells)  # see _region
         win = MPI.Win.Allocate(
             layout.window_words * cells.CELL_BYTES, cells.CELL_BYTES, comm=self.comm
         )
@@ -131,37 +156,56 @@ class MpiRail:
         w = self._windows[ncells]
         w.seq += 1
         t = w.seq
+        parity = t % PARITIES
         flag = cells.seq_flag(t)
         chunks = chunk_bounds(ncells, tuning.chunk_cells())
         win = w.win
         u64 = MPI.UINT64_T
 
-        for step in self.steps:  # credits: every receiver of ours has consumed call t-1
-            if step.send_to is not None:
+        tl = timeline.active()
+        for step in self.steps:  # credits: every receiver of ours has consumed call t-2,
+            if step.send_to is not None:  # the last one to use the regions of this parity
                 slot = step.index
                 self._wait(
                     w,
-                    lambda slot=slot: int(w.words[slot]) >= t - 1,
+                    lambda slot=slot: int(w.words[slot]) >= t - PARITIES,
                     step,
                     step.send_to,
                     "credit",
                     t,
                 )
+                if tl:
+                    tl.mark("wait", step.index)
+        pending = w.pending[parity]
+        if pending:  # call t-2's puts: complete before their origin buffers are reused
+            MPI.Request.Waitall(pending)  # (landed long ago: the credits say so)
+            pending.clear()
+            if tl:
+                tl.mark("wait")
 
         acc = src
         received: list[Step] = []
         for step in self.steps:
             if step.send_to is not None:
-                out = w.send[w.layout.send_offset(step.index) :][:ncells]
+                region = self._region(step, parity)
+                out = w.send[w.layout.send_offset(region) :][:ncells]
                 cells.pack(np, storage(acc, dtype), flag, out)
-                base = w.layout.recv_offset(step.index)
+                if tl:
+                    tl.mark("pack", step.index)
+                base = w.layout.recv_offset(region)
                 for a, b in chunks:
-                    win.Put([out[a:b], u64], step.send_to, target=(base + a, b - a, u64))
-                win.Flush(step.send_to)
+                    pending.append(
+                        win.Rput([out[a:b], u64], step.send_to, target=(base + a, b - a, u64))
+                    )
+                if tl:
+                    tl.mark("post", step.index)
             if step.recv_from is not None:
-                region = w.words[w.layout.recv_offset(step.index) :][:ncells]
+                offset = w.layout.recv_offset(self._region(step, parity))
+                region = w.words[offset:][:ncells]
                 for a, b in chunks:
                     self._wait(w, _Arrival(region, a, b, flag), step, step.recv_from, "data", t)
+                    if tl:
+                        tl.mark("wait", step.index)
                     part = region[a:b]
                     e0, e1 = a * epc, min(b * epc, n)
                     data = cells.unpack(np, part, e1 - e0, itemsize)
@@ -169,23 +213,34 @@ class MpiRail:
                         reduce_into(np, dst[e0:e1], acc[e0:e1], data, op, dtype)
                     else:
                         storage(dst, dtype)[e0:e1] = data.view(storage(dst, dtype).dtype)
+                    if tl:
+                        tl.mark("reduce" if step.combine == "reduce" else "copy", step.index)
                 acc = dst
                 received.append(step)
         if acc is not dst:  # a single node: nothing to exchange
             dst[...] = src
 
         for step in received:  # credits: we are done with call t's regions
-            w.credit_src[step.index] = t
-            slot = w.credit_src[step.index : step.index + 1]
-            win.Put([slot, u64], step.recv_from, target=(step.index, 1, u64))
-        for target in {s.recv_from for s in received}:
-            win.Flush(target)
+            i = self._region(step, parity)
+            w.credit_src[i] = t
+            slot = w.credit_src[i : i + 1]
+            pending.append(win.Rput([slot, u64], step.recv_from, target=(step.index, 1, u64)))
+        if tl:
+            tl.mark("post")  # the credits
+
+    def _region(self, step: Step, parity: int) -> int:
+        """Index of ``step``'s send / receive region (and credit origin word) in calls of
+        this parity."""
+        return step.index + parity * len(self.steps)
 
     def _wait(
         self, w: _Window, ready: Callable[[], bool], step: Step, partner: int, what: str, t: int
     ) -> None:
+        from mpi4py import MPI
+
         deadline = time.monotonic() + self.timeout_s
         win = w.win
+        pending = w.pending[w.seq % PARITIES]
         polls = 0
         while True:
             win.Sync()
@@ -204,8 +259,12 @@ class MpiRail:
                         timeout_s=self.timeout_s,
                     )
                 )
+            # while this rank's own puts are in flight it tests them (MPI progress pushes
+            # them out) and does not sleep
+            if pending and MPI.Request.Testall(pending):
+                pending.clear()
             polls += 1
-            if polls <= YIELD_POLLS or not self.poll_sleep_s:
+            if pending or polls <= YIELD_POLLS or not self.poll_sleep_s:
                 os.sched_yield()
             else:  # long wait: really leave the core to the ranks that must send
                 time.sleep(self.poll_sleep_s)

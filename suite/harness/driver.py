@@ -28,6 +28,7 @@ from commbench.harness.iterclock import IterationClock, slowest_rank_samples
 from commbench.harness.system_fabric import STAGE_COST_IMPLS, stage_cost
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
+from commbench.kernels import timeline
 from commbench.kernels.dtypes import dtype_name
 from commbench.kernels.registry import BACKENDS, COLLECTIVES, implementations, lookup
 from commbench.units import parse_size, size_sweep
@@ -112,6 +113,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print where the bytes went: busiest NIC and scale-up port, their rates",
     )
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="record every rank's steps of every timed call (post, wait, copy, reduce, ...) "
+        "beside the records (<out>.timeline.jsonl); times calls from Python",
+    )
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument(
         "--system",
@@ -164,6 +171,7 @@ class Config:
     reference: str | None = None
     launch: int | None = None
     tiers: bool = False
+    timeline: bool = False
 
 
 def parse_params(items: list[str]) -> dict:
@@ -263,6 +271,10 @@ def make_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"--workload applies to alltoallv, not {coll}")
     else:
         workloads = [None]
+    if args.timeline and args.cudagraph:
+        raise UsageError("--timeline stamps every call: drop -G (graph capture) or --timeline")
+    if args.timeline and not args.out:
+        raise UsageError("--timeline needs --out FILE (the timeline goes beside the records)")
     if args.launch is not None and args.launch < 1:
         raise UsageError(f"--launch {args.launch}: launches are numbered from 1")
     if args.resume and not args.out:
@@ -271,6 +283,8 @@ def make_config(args: argparse.Namespace) -> Config:
         writer = results.RecordWriter(args.out)
         results.check_output_path(writer.path, "--out")
         results.check_output_path(writer.raw_path, "--out (its raw side file)")
+        if args.timeline:
+            results.check_output_path(writer.timeline_path, "--out (its timeline side file)")
         if args.resume and writer.path.is_file():
             records.read_done(writer.path)  # a damaged file is refused here, before MPI
     return Config(
@@ -301,6 +315,7 @@ def make_config(args: argparse.Namespace) -> Config:
         reference=args.reference,
         launch=args.launch,
         tiers=args.tiers,
+        timeline=args.timeline,
     )
 
 
@@ -582,8 +597,9 @@ class Sweep:
                 gathered = self.topo.world.gather(measured)
                 if self.is_root:
                     rec, raw = self._record(index, workload, size, gathered, overhead_us, inplace)
+                    spans = self._timeline_rows(raw, gathered) if cfg.timeline else None
                     wd.phase(f"{what}: writing the record to {cfg.out}")
-                    self.writer.write(rec, raw)
+                    self.writer.write(rec, raw, spans)
                     total_wrong += rec["nwrong"]
                     bus.append(rec["busbw_GBps"])
                     row.append(rec)
@@ -627,6 +643,9 @@ class Sweep:
         t.synchronize()
         samples = None
         native_call = impl.native_call(case) if hasattr(impl, "native_call") else None
+        if cfg.timeline:  # the C loop cannot stamp the calls: time them from Python
+            native_call = None
+        rec = self._recorder()
         if native_call is not None and not cfg.graph_iters:
             timing = self._time_native(native_call, what)
             per_call_us, samples, progress = timing
@@ -640,7 +659,15 @@ class Sweep:
             t0 = t.now()
             clock.start()
             tick = clock.tick
-            if runner is None:
+            if rec is not None:
+                rec.origin = t0
+                with timeline.recording(rec):
+                    for i in wd.counting(f"{what}: timed calls (--timeline)", calls):
+                        rec.begin(i, rec.now())
+                        impl.run(case)
+                        tick()
+                        rec.end(rec.now())
+            elif runner is None:
                 call = impl.run
                 for _ in wd.counting(f"{what}: timed calls", calls):
                     call(case)
@@ -658,14 +685,22 @@ class Sweep:
         else:
             samples = np.empty(cfg.iters)
             issuing = 0.0
-            for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
-                t.barrier()
-                t0 = t.now()
-                impl.run(case)
-                issued = t.now()
-                t.synchronize()
-                samples[i] = (t.now() - t0) * 1e6
-                issuing += issued - t0
+            if rec is not None:
+                rec.origin = t.now()
+            with timeline.recording(rec):
+                for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
+                    t.barrier()
+                    t0 = t.now()
+                    if rec is not None:
+                        rec.begin(i, t0)
+                    impl.run(case)
+                    issued = t.now()
+                    t.synchronize()
+                    t1 = t.now()
+                    samples[i] = (t1 - t0) * 1e6
+                    issuing += issued - t0
+                    if rec is not None:
+                        rec.end(t1)
             per_call_us = float(samples.mean())
             host_us = issuing / cfg.iters * 1e6
             progress = None
@@ -699,7 +734,34 @@ class Sweep:
             "count": point.count,
             "metric_bytes": point.metric_bytes,
             "info": info,
+            "timeline": None if rec is None else rec.rows(),
         }
+
+    def _recorder(self) -> timeline.Recorder | None:
+        """The recorder of this point's timed calls (``--timeline``), else None. On a GPU
+        backend every stamp first waits for the stream, so spans are device times (and the
+        calls lose their overlap with the host: compare such runs with each other only)."""
+        if not self.cfg.timeline:
+            return None
+        t = self.transport
+        if t.name == "cpu":
+            return timeline.Recorder(t.now)
+
+        def now() -> float:
+            t.synchronize()
+            return t.now()
+
+        return timeline.Recorder(now)
+
+    def _timeline_rows(self, raw: dict, gathered: list[dict]) -> list[dict]:
+        """One row per span of every rank (rank 0), keyed like the raw line."""
+        key = {k: raw[k] for k in ("run_id", "point", "size_bytes", "workload", "inplace")}
+        key.update(impl=self.cfg.impl, timing_mode=self.cfg.timing, launch=self.cfg.launch)
+        return [
+            {**key, "rank": rank, **dict(zip(timeline.COLUMNS, span, strict=True))}
+            for rank, g in enumerate(gathered)
+            for span in g["timeline"]
+        ]
 
     def _time_native(self, call, what: str):
         """The timed calls with the loop in C (:mod:`commbench.kernels.native`): its

@@ -130,21 +130,23 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike | None) -> None:
         self.path = Path(path) if path else None
-        self.raw_path = (
-            self.path.with_name(self.path.name.removesuffix(".jsonl") + ".raw.jsonl")
-            if self.path
-            else None
-        )
+        stem = self.path.name.removesuffix(".jsonl") if self.path else ""
+        self.raw_path = self.path.with_name(stem + ".raw.jsonl") if self.path else None
+        #: ``--timeline``: one line per span of every rank and call (pandas: read_json lines)
+        self.timeline_path = self.path.with_name(stem + ".timeline.jsonl") if self.path else None
 
     def repair(self) -> list[str]:
         """Move a cut-off last line of the results and raw files to ``<file>.torn``;
         returns one message per file repaired."""
         if self.path is None:
             return []
-        return [m for p in (self.path, self.raw_path) if (m := repair_torn_tail(p))]
+        paths = (self.path, self.raw_path, self.timeline_path)
+        return [m for p in paths if (m := repair_torn_tail(p))]
 
-    def _append(self, path: Path, obj: dict) -> None:
-        data = (json.dumps(obj, default=_json_default) + "\n").encode()
+    def _append(self, path: Path, obj: dict | list[dict]) -> None:
+        """Append one object (a list: one line each) in one write."""
+        objs = obj if isinstance(obj, list) else [obj]
+        data = "".join(json.dumps(o, default=_json_default) + "\n" for o in objs).encode()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
@@ -165,20 +167,26 @@ class RecordWriter:
         finally:
             os.close(fd)
 
-    def write(self, record: dict, raw: dict | None = None) -> None:
+    def write(
+        self, record: dict, raw: dict | None = None, timeline: list[dict] | None = None
+    ) -> None:
+        """Append the side lines (raw times, ``--timeline`` spans), then the record that
+        names their files; a failure leaves none of this point's lines behind."""
         if self.path is None:
             return
-        if raw is not None:
-            raw_size = _size(self.raw_path)
-            self._append(self.raw_path, raw)
-            record["raw_file"] = self.raw_path.name
-            try:
-                self._append(self.path, record)
-            except OSError:
-                _truncate_path(self.raw_path, raw_size)
-                raise
-            return
-        self._append(self.path, record)
+        sides = [(self.raw_path, raw, "raw_file"), (self.timeline_path, timeline, "timeline_file")]
+        written: list[tuple[Path, int]] = []
+        try:
+            for path, lines, field in sides:
+                if lines is not None:
+                    written.append((path, _size(path)))
+                    self._append(path, lines)
+                    record[field] = path.name
+            self._append(self.path, record)
+        except OSError:
+            for path, size in written:
+                _truncate_path(path, size)
+            raise
 
 
 def repair_torn_tail(path: Path) -> str | None:

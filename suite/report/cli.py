@@ -1,5 +1,5 @@
 """``commbench report`` (one self-contained page of figures and tables) and ``commbench
-figures`` (figures 1-7 as PNG and SVG files).
+figures`` (figures 1-8 as PNG and SVG files).
 
 The work is done by :mod:`commbench.analysis`; this module only parses the arguments.
 Errors in the input (a malformed result line, a missing path, a bad ``--line-rate``) are
@@ -121,14 +121,14 @@ def add_parser(sub) -> None:
         "report",
         help="write one self-contained HTML (or Markdown) report from result files",
         description="Load every result file (*.jsonl) given or found under the given "
-        "directories and write one page: figures 1-7 inlined, the best implementation per "
+        "directories and write one page: figures 1-8 inlined, the best implementation per "
         "size and system, speed-ups with their spread, fraction of NIC line rate, cost-model "
         "error, stragglers and the papers' reference numbers (--stragglers: print only the "
         "stragglers' tables).",
     )
     add_report_arguments(rep)
     rep.set_defaults(func=run_report)
-    fig = sub.add_parser("figures", help="write figures 1-7 (PNG and SVG) from result files")
+    fig = sub.add_parser("figures", help="write figures 1-8 (PNG and SVG) from result files")
     _common(fig)
     fig.add_argument("-o", "--output", default="results/figures", help="output directory")
     fig.set_defaults(func=run_figures)

@@ -33,7 +33,7 @@ WATCHDOG_S = 100
 
 
 def create_records_files(out: str) -> None:
-    """The records file and its raw side file, empty if new, before the ranks start a run.
+    """The records file and its raw (and timeline) side files, empty if new, before the ranks start a run.
 
     Every rank checks ``--out`` before MPI starts (``results.check_output_path``): a rank
     that does not find the file creates it to test the folder, then removes it; when the
@@ -43,7 +43,7 @@ def create_records_files(out: str) -> None:
     previous run together reach it at once, so here the files exist before they look.
     """
     writer = RecordWriter(out)
-    for path in (writer.path, writer.raw_path):
+    for path in (writer.path, writer.raw_path, writer.timeline_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 

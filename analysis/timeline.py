@@ -1,0 +1,181 @@
+"""Where a call's time went, per rank: the spans of ``commbench run --timeline``.
+
+The side file ``<out>.timeline.jsonl`` (named by each record's ``timeline_file``) has one
+line per span: the point's keys (``run_id``, ``point``, ``inplace``, ``impl``,
+``size_bytes``, ``workload``), ``rank``, ``call``, ``step``, ``kind`` and ``start_us`` /
+``end_us`` (µs since that rank's timed loop began). Each call has one ``call`` span (the
+call as the harness timed it) and the algorithm's spans inside it, which tile it (see
+:mod:`commbench.kernels.timeline`); library baselines have only the ``call`` span.
+
+:func:`load_timeline` reads the spans of the given points; :func:`timeline_breakdown` sums them
+per point and kind (the report's table); :func:`figure_8` draws one call per point as a
+Gantt chart, one row per rank.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
+
+from commbench.analysis.load import _raw_key
+from commbench.analysis.style import binary_label, empty_figure, new_figure, save
+
+SPAN_COLUMNS = ("rank", "call", "step", "kind", "start_us", "end_us")
+#: Point columns copied onto every span (what a chart or table is grouped by).
+POINT_KEYS = ("system", "nodes", "gpus_per_node", "collective", "impl", "size_bytes",
+              "workload_key", "dtype", "run_id", "point", "inplace")  # fmt: skip
+#: Kind -> colour (the chart's legend order); ``other`` is the call's time outside spans.
+KIND_COLORS = {
+    "post": "#1f77b4",
+    "wait": "#d62728",
+    "copy": "#2ca02c",
+    "reduce": "#ff7f0e",
+    "pack": "#9467bd",
+    "collective": "#8c564b",
+    "schedule": "#17becf",
+    "call": "#7f7f7f",
+}
+MAX_POINTS = 6
+EMPTY_GID = "commbench-empty"  # what figures.empty_message looks for
+
+
+def load_timeline(points: pd.DataFrame) -> pd.DataFrame:
+    """Every span of the given points (the side files their records name, next to the
+    results file), with :data:`POINT_KEYS` copied from the point; empty when none has a
+    timeline. A cut-off last line is skipped."""
+    wanted: dict[Path, dict[tuple, int]] = {}
+    if "timeline_file" in points.columns:
+        for i, row in enumerate(points.itertuples(index=False)):
+            name, source = getattr(row, "timeline_file", None), row.source_file
+            if isinstance(name, str) and name and isinstance(source, str):
+                key = _raw_key(row.run_id, getattr(row, "point", None), row.inplace)
+                wanted.setdefault(Path(source).parent / name, {})[key] = i
+    frames = []
+    for path, rows in wanted.items():
+        if not path.is_file():
+            continue
+        spans = []
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    span = json.loads(line)
+                except ValueError:  # a torn tail
+                    continue
+                i = rows.get(_raw_key(span.get("run_id"), span.get("point"), span.get("inplace")))
+                if i is not None:
+                    spans.append((i, *(span.get(c) for c in SPAN_COLUMNS)))
+        if spans:
+            frames.append(pd.DataFrame(spans, columns=("row", *SPAN_COLUMNS)))
+    if not frames:
+        return pd.DataFrame(columns=(*POINT_KEYS, *SPAN_COLUMNS))
+    spans = pd.concat(frames, ignore_index=True)
+    keys = points.reset_index(drop=True).reindex(columns=list(POINT_KEYS))
+    out = pd.concat([keys.iloc[spans["row"]].reset_index(drop=True), spans], axis=1)
+    return out.drop(columns="row")
+
+
+def timeline_breakdown(spans: pd.DataFrame) -> pd.DataFrame:
+    """Per point and kind: mean µs per call and rank, and its share of the call; ``other``
+    is the call time no span covers (the harness's stamps around the call)."""
+    cols = (*POINT_KEYS, "kind", "us_per_call", "share")
+    if spans.empty:
+        return pd.DataFrame(columns=cols)
+    s = spans.assign(us=spans["end_us"] - spans["start_us"])
+    group = ["run_id", "point", "inplace"]
+    rows = []
+    for _, part in s.groupby(group, dropna=False, sort=False):
+        head = part.iloc[0]
+        calls = part[part["kind"] == "call"]
+        ncalls = max(len(calls), 1)  # rank-calls
+        call_us = calls["us"].sum() / ncalls
+        inner = part[part["kind"] != "call"]
+        per_kind = inner.groupby("kind")["us"].sum() / ncalls
+        if not inner.empty:
+            per_kind["other"] = max(call_us - per_kind.sum(), 0.0)
+        per_kind["call"] = call_us
+        for kind, us in per_kind.items():
+            rows.append({**{k: head[k] for k in POINT_KEYS}, "kind": kind,
+                         "us_per_call": float(us), "share": float(us / call_us) if call_us else np.nan})  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def median_call(spans: pd.DataFrame) -> int:
+    """The call whose slowest rank took the median time (the chart's representative)."""
+    calls = spans[spans["kind"] == "call"]
+    slowest = (calls["end_us"] - calls["start_us"]).groupby(calls["call"]).max().sort_values()
+    return int(slowest.index[len(slowest) // 2])
+
+
+def figure_8(points: pd.DataFrame, out_dir: str | Path | None = None):
+    """Per-rank timeline (Gantt chart) of one call per point with ``--timeline`` spans.
+
+    One panel per point (up to :data:`MAX_POINTS`): each rank a row, its spans coloured by
+    kind, a black tick where each step or stage begins, x = µs since the call began on that rank (calls start after a barrier in latency
+    mode, back to back when pipelined); the call shown is the median one (:func:`median_call`).
+    """
+    name = "fig8_timeline"
+    title = "Figure 8: where a call's time goes, per rank (--timeline)"
+    spans = load_timeline(points)
+    if spans.empty:
+        fig = empty_figure(
+            title,
+            "No records with a timeline.\nRun e.g. `commbench run allreduce --impl nvrar "
+            "-b 1K -e 1K --timing latency --timeline --out results.jsonl`.",
+        )
+        fig.axes[0].texts[0].set_gid(EMPTY_GID)
+        save(fig, out_dir, name)
+        return fig
+    groups = list(spans.groupby(["run_id", "point", "inplace"], dropna=False, sort=False))
+    shown = groups[:MAX_POINTS]
+    fig, axes = new_figure(
+        ncols=1, nrows=len(shown), width=9.0, height=0.9 + 0.28 * spans["rank"].nunique()
+    )
+    for ax, (_, part) in zip((row[0] for row in axes), shown, strict=True):
+        _gantt(ax, part)
+    handles = [Patch(color=c, label=k) for k, c in KIND_COLORS.items() if k in set(spans["kind"])]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    more = f" (first {MAX_POINTS} of {len(groups)} points)" if len(groups) > MAX_POINTS else ""
+    fig.suptitle(title + more)
+    save(fig, out_dir, name)
+    return fig
+
+
+def _gantt(ax, part: pd.DataFrame) -> None:
+    call = median_call(part)
+    one = part[part["call"] == call]
+    starts = one[one["kind"] == "call"].set_index("rank")["start_us"]
+    ranks = sorted(one["rank"].unique())
+    for rank in ranks:
+        mine = one[one["rank"] == rank]
+        t0 = starts.get(rank, mine["start_us"].min())
+        whole = mine[mine["kind"] == "call"]
+        inner = mine[mine["kind"] != "call"]
+        for sel, height, alpha in ((whole, 0.8, 0.25), (inner, 0.6, 1.0)):
+            for kind, spans in sel.groupby("kind"):
+                bars = list(
+                    zip(spans["start_us"] - t0, spans["end_us"] - spans["start_us"], strict=True)
+                )
+                ax.broken_barh(
+                    bars,
+                    (rank - height / 2, height),
+                    color=KIND_COLORS.get(kind, "#000000"),
+                    alpha=alpha,
+                )
+        inner = inner.sort_values("start_us")  # a black tick where each step / stage begins
+        begins = inner["step"].ne(inner["step"].shift()) & (inner["step"] >= 0)
+        ax.vlines(inner.loc[begins, "start_us"] - t0, rank - 0.4, rank + 0.4, color="black",
+                  linewidth=0.8)  # fmt: skip
+    head = part.iloc[0]
+    where = f"{head['system']} · {head['nodes']}x{head['gpus_per_node']}"
+    what = f"{head['collective']} {head['impl']} {binary_label(int(head['size_bytes']))}"
+    if isinstance(head["workload_key"], str) and head["workload_key"]:
+        what += f" {head['workload_key']}"
+    ax.set_title(f"{where} · {what} · call {call} (median)", fontsize=9)
+    ax.set_yticks(ranks)
+    ax.set_ylabel("rank")
+    ax.invert_yaxis()
+    ax.set_xlabel("µs since the call began on the rank")
