@@ -169,7 +169,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, messag
 
 def test_simulate_refuses_a_missing_profile_file(tmp_path, capsys):
     assert main(["simulate", "alltoallv", "--system", str(tmp_path / "no.toml")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "no such profile file" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the models it feeds

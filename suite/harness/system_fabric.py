@@ -21,10 +21,16 @@ from commbench.errors import UsageError
 STAGE_COST_IMPLS = ("fast", "fast+sched")
 
 
+def is_profile_path(system: str) -> bool:
+    """``system`` names a profile file (``PATH.toml``, e.g. ``commbench calibrate``'s), not
+    a shipped profile."""
+    return system.endswith(".toml") or "/" in system
+
+
 def profile_file(system: str) -> Path | None:
     """The profile file of ``system``: a path (``*.toml`` or with a ``/``; must exist) or
     a shipped profile's name (None when there is no such profile, e.g. a free-form name)."""
-    if system.endswith(".toml") or "/" in system:
+    if is_profile_path(system):
         path = Path(system)
         if not path.is_file():
             raise UsageError(f"--system {system}: no such profile file (give a NAME.toml "

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator, model_va
 
 from commbench.config import STRICT, load_toml, parse
 from commbench.errors import UsageError
+from commbench.harness.system_fabric import is_profile_path, profile_file
 from commbench.jobs.syntax import NAME_RE, OPTION_RE, canonical_option, parse_walltime
 from commbench.kernels.model.fabric_table import FabricTable
 from commbench.kernels.registry import BACKENDS
@@ -321,21 +322,12 @@ def load_profile(name: str, systems_dir: Path = SYSTEMS_DIR) -> Profile:
     return parse_profile(load_toml(path), path)
 
 
-def is_profile_path(name: str) -> bool:
-    """``name`` is a profile file (``PATH.toml``, e.g. ``commbench calibrate``'s), not
-    the name of a shipped profile."""
-    return name.endswith(".toml") or "/" in name
-
-
 def load_system(name: str) -> Profile:
     """A shipped profile by name (:func:`load_profile`) or a profile file ``PATH.toml``
     (``UsageError`` naming it if it is missing or not a valid profile)."""
     if not is_profile_path(name):
         return load_profile(name)
-    path = Path(name)
-    if not path.is_file():
-        raise UsageError(f"system profile {name}: no such file (give a NAME.toml that "
-                         "`commbench calibrate` wrote, or a shipped name)")  # fmt: skip
+    path = profile_file(name)
     return parse_profile(load_toml(path), path)
 
 
