@@ -10,22 +10,28 @@ counts and traffic matrix. Per size it prints:
 
 - ``vs C here``: commbench / the C reference in the same processes, median over rounds: the
   precise comparison (the two readings are taken back to back on the same buffers);
-- ``vs C program``: commbench's best round / the C program's best round. Two launches of one
-  program on this kind of machine read up to 3x apart at small sizes (where the ranks land
-  and what else runs), so the best of each is compared, not one launch with another;
-- ``C / C``: the instrument's own floor, the C program against itself: each round launches
-  it twice (A and B, interleaved with commbench), and the column is A's best / B's best. A
-  ``vs C program`` ratio inside ``1 ± |C/C - 1|`` is no difference this machine can show.
+- ``vs C program``: commbench against the standalone C program launched right before and
+  right after it (a pause between launches lets the previous job's processes finish
+  exiting): per round commbench / the mean of the two, median over rounds. Two launches of
+  one program on this kind of machine read up to 2x apart at small sizes (where the ranks
+  land and what else runs), so each round is compared with its own neighbours, not one
+  launch with another;
+- ``C / C``: the instrument's own floor, the C program against itself: per round the launch
+  before commbench over the launch after it, median over rounds. A ``vs C program`` ratio
+  inside ``1 ± |C/C - 1|`` is no difference this machine can show.
 
-``python -m commbench.benchmarks.harness [NP ...]`` (``make bench``: 2 and 4 ranks).
+``python -m commbench.benchmarks.harness [NP ...] [--rounds R]`` (``make bench``: 2 and 4
+ranks, 5 rounds).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +40,7 @@ SIZES = [1024 << (2 * i) for i in range(7)]  # 1 KiB ... 4 MiB, x4
 COLLECTIVES = ("allreduce", "alltoallv")
 MODES = ("pipelined", "latency")
 ROUNDS = 5
+PAUSE_S = 1.0  # between launches: the last job's processes finish exiting first
 ITERS, WARMUP = 300, 30
 TIME_REDUCTION = {"allreduce": "avg", "alltoallv": "max"}  # commbench's defaults (-a)
 LIMIT = 1.05  # the target: commbench reads within 5 % of C
@@ -94,7 +101,13 @@ def write_points(nranks: int, collective: str, path: Path) -> None:
 def main(argv: list[str]) -> int:
     from commbench.kernels import native
 
-    rank_counts = [int(a) for a in argv] or [2, 4]
+    parser = argparse.ArgumentParser(
+        prog="python -m commbench.benchmarks.harness",
+        description="commbench --impl mpi against a C benchmark of the same MPI call.",
+    )
+    parser.add_argument("nranks", nargs="*", type=int, default=[2, 4], help="rank counts")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds")
+    args = parser.parse_args(argv)
     try:
         program = native.build(program=True)
     except native.NativeUnavailable as exc:
@@ -102,27 +115,32 @@ def main(argv: list[str]) -> int:
     worst = floor = 0.0
     print(
         f"# commbench `--impl mpi` / C reference (same call, sizes and matrix), float32, "
-        f"-n {ITERS} -w {WARMUP}, {ROUNDS} interleaved rounds; times in us (best round)"
+        f"-n {ITERS} -w {WARMUP}, {args.rounds} interleaved rounds; times in us (best round), "
+        "ratios: medians over rounds"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for nranks in rank_counts:
+        for nranks in args.nranks:
             for collective in COLLECTIVES:
                 points = Path(tmp) / f"{collective}-{nranks}.bin"
                 write_points(nranks, collective, points)
                 for mode in MODES:
                     ours, here, program_a, program_b = [], [], [], []
-                    for _ in range(ROUNDS):
+                    for _ in range(args.rounds):
                         ref_a = c_times(nranks, collective, mode, program, points)
+                        time.sleep(PAUSE_S)
                         got = commbench_times(nranks, collective, mode, Path(tmp) / "r.jsonl")
+                        time.sleep(PAUSE_S)
                         ref_b = c_times(nranks, collective, mode, program, points)
+                        time.sleep(PAUSE_S)
                         ours.append([got[s][0] for s in SIZES])
                         here.append([got[s][0] / got[s][1] for s in SIZES])
                         program_a.append([ref_a[s] for s in SIZES])
                         program_b.append([ref_b[s] for s in SIZES])
+                    ours, program_a, program_b = map(np.array, (ours, program_a, program_b))
                     vs_here = np.median(here, axis=0)
-                    best_a, best_b = np.min(program_a, axis=0), np.min(program_b, axis=0)
-                    best, best_c = np.min(ours, axis=0), np.minimum(best_a, best_b)
-                    vs_program, c_vs_c = best / best_c, best_a / best_b
+                    vs_program = np.median(ours / ((program_a + program_b) / 2), axis=0)
+                    c_vs_c = np.median(program_a / program_b, axis=0)
+                    best, best_c = ours.min(axis=0), np.minimum(program_a, program_b).min(axis=0)
                     worst = max(worst, float(vs_here.max()), float(vs_program.max()))
                     floor = max(floor, float(np.abs(c_vs_c - 1).max()))
                     print(f"# {collective} {nranks} ranks, {mode} timing "
