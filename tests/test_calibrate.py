@@ -216,9 +216,39 @@ def test_mpi_models_follow_open_mpi_tuned_choices():
     assert ar_model.ompi_allreduce_algorithm(8, 1 << 20) == "rabenseifner"
     assert ar_model.ompi_allreduce_algorithm(2, 100_000) == "ring"
     assert ar_model.ompi_allreduce_algorithm(4096, 1 << 20) == "rabenseifner"
-    pred = ar_model.predict("mpi", 1 << 20, 4, f)
+    one = f.with_(gpus_per_node=1)  # one rank per node: HAN hands over to tuned
+    pred = ar_model.predict("mpi", 1 << 20, 4, one)
     assert pred.info["algo"] == "rabenseifner"
-    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, f).time_us
+    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, one).time_us
+
+
+def test_mpi_allreduce_with_several_ranks_per_node_is_han():
+    assert ar_model.han_applies(4, 2) and ar_model.han_applies(2, 4)
+    assert not ar_model.han_applies(8, 1)  # one rank per node: tuned
+    assert not ar_model.han_applies(1, 8)  # one node: HAN disqualifies itself
+    f = fabric()  # 2 ranks per node
+    pred = ar_model.predict("mpi", 1 << 20, 4, f)
+    assert pred.info["algo"] == "han(reduce-scatter+gather, linear bcast)"
+    assert pred.info["han_segments"] == 16
+    assert pred.time_us == ar_model.han(1 << 20, 4, f).time_us
+    # libnbc's choices among the leaders (nbc_ireduce.c, nbc_ibcast.c)
+    assert ar_model._inter_reduce(65536, 4, f)[0] == "reduce-scatter+gather"
+    assert ar_model._inter_reduce(65536, 2, f)[0] == "chain"
+    assert ar_model._inter_reduce(1024, 2, f)[0] == "binomial"
+    assert ar_model._inter_bcast(65536, 4, f)[0] == "linear"
+    assert ar_model._inter_bcast(1024, 8, f)[0] == "binomial"
+    assert ar_model._inter_bcast(65536, 8, f)[0] == "chain"
+    # one segment: the four sub-collectives one after the other
+    n = 4096
+    parts = (ar_model._intra_tree(n, f, reduce=True), sum(ar_model._inter_reduce(n, 4, f)[1:]),
+             sum(ar_model._inter_bcast(n, 4, f)[1:]), ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
+    assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
+    # many segments: the pipeline costs about one iteration per segment, the inter-node
+    # side (reduce and broadcast on the leader's NIC) being the longer here
+    seg = ar_model.HAN_SEGMENT_BYTES
+    per_seg = sum(ar_model._inter_reduce(seg, 4, f)[1:]) + ar_model._inter_bcast(seg, 4, f)[2]
+    t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))
+    assert t128 - t64 == pytest.approx(64 * per_seg, rel=0.05)
 
 
 # ---------------------------------------------------------------- the job experiment
