@@ -25,7 +25,7 @@ from tests.mpirun import run_mpi
 RUN = "calibrate-test"
 
 
-def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g=2, p=4):
+def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g=2, p=4, put=30.0):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
 
@@ -48,6 +48,8 @@ def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g
     out.append(q("stage", "scaleout", p, 0, lat + 2 * msg + stage))
     out += [q("post", "scaleout", n, 8 * n, 300 + msg * n) for n in cal.POST_COUNTS]
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
+    if put is not None:
+        out.append(q("put", "scaleout", p, 8, lat + put))
     return out
 
 
@@ -62,7 +64,11 @@ def test_fit_recovers_the_constants_it_was_given():
     assert c["msg_us"] == pytest.approx(20.0, rel=1e-3)
     assert c["stage_cost_us"] == pytest.approx(500.0, rel=1e-3)
     assert c["reduce_GBps"] == pytest.approx(1.0, rel=1e-3)
+    assert c["put_us"] == pytest.approx(30.0, rel=1e-3)  # above the two-sided latency
     assert set(why) == set(c)
+    # raw points of a calibrate before the put point: no put_us (the model's 0)
+    c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
+    assert "put_us" not in c
     # NICs that together reach their sum: the fabric has no cap of its own
     c, _ = cal.fit(points(), gpus_per_node=2, nranks=4)
     assert "fabric_GBps" not in c
@@ -84,7 +90,7 @@ def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tm
     fab = prof.fabric
     assert fab.flow_control == "lossy" and fab.incast_lossy == c["incast"]
     present = [k for k in FABRIC_CONSTANTS if getattr(fab, k) is not None]
-    assert "fabric_GBps" in present
+    assert "fabric_GBps" in present and "put_us" in present
     for key in present:
         assert fab.sources[key].startswith(f"measured: {RUN}: "), key
     f = fabric_from_profile(str(path))
@@ -130,7 +136,8 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "reduce"} <= kinds  # fmt: skip
+            "put", "reduce"} <= kinds  # fmt: skip
+    assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
     model = tmp_path / "model.jsonl"
@@ -277,6 +284,20 @@ def test_a_calibrate_step_takes_no_collective():
         parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
     with pytest.raises(UsageError, match="collective must be one of"):
         parse_step({"impls": {"cpu": ["mpi"]}}, "here")
+
+
+def test_nvrar_inter_node_steps_pay_the_measured_put():
+    f = fabric_from_profile("local-cluster")
+    assert f.put_us == 0  # shipped profile: not measured
+    base = ar_model.nvrar(4096, 4, f)
+    slow = ar_model.nvrar(4096, 4, f.with_(put_us=500.0))
+    steps = base.info["inter_steps"]
+    assert slow.time_us - base.time_us == pytest.approx(500.0 * steps)
+    # one rank per node: every step is a put
+    one = f.with_(gpus_per_node=1)
+    assert ar_model.nvrar(4096, 8, one.with_(put_us=100.0)).time_us == pytest.approx(
+        ar_model.nvrar(4096, 8, one).time_us + 3 * 100.0
+    )
 
 
 def test_nvrar_cells_carry_half_the_wire_on_the_cpu_backend():

@@ -31,6 +31,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``post``
     rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
     slope is the host cost per posted message.
+``put``
+    8 B one-way put-and-see, every rank paired with the rank of its index on another
+    node at once (as ``pingpong-all``): a rank puts an 8-byte cell (its flag) into its
+    partner's MPI RMA window (passive target, ``Rput``, no flush) and the partner polls
+    its own window memory until the flag shows, then puts one back; half the round trip.
+    This is how NVRAR's cpu backend (:mod:`commbench.kernels.nvrar.cpu`) moves its cells
+    and waits for them; ``put_us`` is what it costs above a two-sided message.
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
@@ -209,6 +216,78 @@ def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
     return _median_round(comm, body, reps)
 
 
+def _putpong(comm, pairs: list[tuple[int, int]], reps: int, trips: int,
+             timeout_s: float = 60.0) -> float:  # fmt: skip
+    """Round-trip seconds of an 8 B put whose target polls for it and puts one back, for
+    every pair at once (median over ``reps`` rounds of ``trips`` round trips, the slowest
+    pair). Put and poll as NVRAR's cpu backend does (``Rput`` into a passively locked
+    window, ``Win.Sync`` + test of the own puts + yield, sleeping after
+    :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls). Collective."""
+    from mpi4py import MPI
+
+    from commbench.kernels.nvrar.cpu import YIELD_POLLS
+
+    win = MPI.Win.Allocate(8, 8, comm=comm)
+    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:1]
+    words[:] = 0
+    comm.Barrier()
+    win.Lock_all(MPI.MODE_NOCHECK)
+    src = np.zeros(1, dtype=np.uint64)
+    role = {a: (b, True) for a, b in pairs} | {b: (a, False) for a, b in pairs}
+    peer, first = role.get(comm.rank, (None, False))
+    pending: list = []
+    seq = [0]
+
+    def put(value: int) -> None:
+        if pending:  # the origin buffer is reused: complete the previous put (it landed)
+            MPI.Request.Waitall(pending)
+            pending.clear()
+        src[0] = value
+        pending.append(win.Rput([src, MPI.UINT64_T], peer, target=(0, 1, MPI.UINT64_T)))
+
+    def see(value: int) -> None:
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        while True:
+            win.Sync()
+            if int(words[0]) >= value:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"put microbenchmark: rank {comm.rank} saw no put from rank {peer} in "
+                    f"{timeout_s:g} s (one-sided MPI does not progress on this transport)"
+                )
+            if pending and MPI.Request.Testall(pending):
+                pending.clear()
+            polls += 1
+            if pending or polls <= YIELD_POLLS:
+                os.sched_yield()
+            else:
+                time.sleep(20e-6)  # the cpu backend's default poll_sleep_us
+
+    def body() -> None:
+        if peer is None:
+            return
+        for _ in range(trips):
+            seq[0] += 1
+            if first:
+                put(seq[0])
+                see(seq[0])
+            else:
+                see(seq[0])
+                put(seq[0])
+
+    try:
+        body()  # warm-up: connections
+        return _median_round(comm, body, reps) / trips
+    finally:
+        if pending:
+            MPI.Request.Waitall(pending)
+        comm.Barrier()
+        win.Unlock_all()
+        win.Free()
+
+
 def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     from commbench.kernels.reduce import reduce_into, storage
 
@@ -275,6 +354,9 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
+        busy = busy_pairs(p, g, "scaleout")
+        secs = _putpong(comm, busy, reps, 20) / 2
+        add("put", "scaleout", 2 * len(busy), 8, secs, reps * 20)
     dtype = opts["dtype"]
     secs = _reduce_seconds(nbytes, dtype, reps) if comm.rank == 0 else 0.0
     add("reduce", "local", 1, nbytes, comm.bcast(secs, root=0), reps)
@@ -300,7 +382,9 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
     the fabric has no cap of its own); incast = the least-squares slope of
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
-    over n; ``stage_cost_us`` = an empty round less one latency and its two posts.
+    over n; ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
+    the one-way put-and-see less that latency (what NVRAR's inter-node steps pay above
+    a message).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -378,6 +462,14 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
         f"an empty exchange round with a rail partner, all ranks at once ({stage:.4g} us), "
         "less one latency and two posts"
     )
+    put = _one(points, "put")
+    if put is not None:  # profiles written before the put point have none
+        c["put_us"] = max(put["time_us"] - lat, 0.0)
+        why["put_us"] = (
+            f"8 B put into an RMA window seen by the target's poll, every rank paired with "
+            f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
+            "backend puts and polls), less the two-sided latency"
+        )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
