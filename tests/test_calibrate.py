@@ -25,7 +25,18 @@ from tests.mpirun import run_mpi
 RUN = "calibrate-test"
 
 
-def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g=2, p=4, put=30.0):
+def points(
+    lat=100.0,
+    nic=0.0125,
+    cap=None,
+    incast=0.1,
+    msg=20.0,
+    stage=500.0,
+    g=2,
+    p=4,
+    put=30.0,
+    flows=None,
+):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
 
@@ -50,6 +61,8 @@ def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
     if put is not None:
         out.append(q("put", "scaleout", p, 8, lat + put))
+    for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
+        out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
 
 
@@ -69,6 +82,11 @@ def test_fit_recovers_the_constants_it_was_given():
     # raw points of a calibrate before the put point: no put_us (the model's 0)
     c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
     assert "put_us" not in c
+    assert "fabric_flows_GBps" not in c  # no flows points, or none below the NICs' sum
+    c, why = cal.fit(points(cap=0.02, flows={2: 0.015}), gpus_per_node=2, nranks=4)
+    assert c["fabric_flows_GBps"] == [[1, pytest.approx(0.02, rel=1e-3)],
+                                      [2, pytest.approx(0.015, rel=1e-3)]]  # fmt: skip
+    assert "k = 1, 2" in why["fabric_flows_GBps"]
     # NICs that together reach their sum: the fabric has no cap of its own
     c, _ = cal.fit(points(), gpus_per_node=2, nranks=4)
     assert "fabric_GBps" not in c
@@ -136,7 +154,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
@@ -208,6 +226,38 @@ def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
         ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us
         > ar_model.ring(1 << 20, 8, one).time_us
     )
+
+
+def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():
+    for nodes, g in ((2, 4), (4, 2), (8, 1), (3, 2)):
+        p = nodes * g
+        ks = cal.flow_counts(p - g)
+        assert ks[-1] == p - g and 1 not in ks
+        for k in ks:
+            peers = {r: cal.flow_peers(r, nodes, g, k) for r in range(p)}
+            received = np.bincount([d for ds in peers.values() for d in ds], minlength=p)
+            assert (received == k).all()
+            for r, ds in peers.items():
+                assert len(set(ds)) == k and all(d // g != r // g for d in ds)
+
+
+def test_the_cap_follows_the_flows_per_nic():
+    traffic = np.full((8, 8), 1 << 20)
+    np.fill_diagonal(traffic, 0)
+    one_flow = fabric(gpus_per_node=2, fabric_GBps=0.067)
+    curve = one_flow.with_(fabric_flows=((1, 0.067), (6, 0.054)))
+    assert curve.cap_GBps(1) == pytest.approx(0.067) and curve.cap_GBps(12) == pytest.approx(0.054)
+    assert 0.054 < curve.cap_GBps(3) < 0.067
+    # fan-out on 4x2: 6 remote flows per NIC, the slower cap binds
+    cross = float((1 << 20) * 8 * 6)
+    assert a2a_model.fanout(traffic, curve).time_us >= cross / (0.054 * 1e3)
+    assert a2a_model.fanout(traffic, curve).time_us > a2a_model.fanout(traffic, one_flow).time_us
+    # one flow per NIC per step (spread-out): the one-flow cap, as before
+    assert a2a_model.spreadout(traffic, curve).time_us == pytest.approx(
+        a2a_model.spreadout(traffic, one_flow).time_us
+    )
+    with pytest.raises(ValueError, match="increasing flow counts"):
+        one_flow.with_(fabric_flows=((2, 0.05), (1, 0.06)))
 
 
 def test_mpi_models_follow_open_mpi_tuned_choices():

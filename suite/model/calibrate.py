@@ -22,6 +22,11 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank streams ``--bytes`` at once to the rank of the same local index on the
     next node (a rail shift: every NIC sends and receives once, no incast): the rate
     all NICs reach together; ``fabric_GBps`` is the switch-crossing bytes over that time.
+``flows``
+    every rank streams ``--bytes`` at once, split evenly over k ranks of other nodes
+    (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
+    destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
+    reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -147,6 +152,39 @@ def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -
             reqs.append(comm.Irecv(recv[:nbytes], source=frm, tag=3))
         if to is not None:
             reqs.append(comm.Isend(send[:nbytes], dest=to, tag=3))
+        for r in reqs:
+            r.Wait()
+
+    body()
+    return _median_round(comm, body, reps)
+
+
+def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
+    """The k remote ranks ``rank`` streams to in a ``flows`` point: shift j (j < k) goes
+    1 + j mod (N - 1) nodes on and j div (N - 1) local indices round, so every shift is a
+    permutation of the ranks and every rank receives exactly k flows."""
+    node, local = divmod(rank, g)
+    out = []
+    for j in range(k):
+        hop, turn = 1 + j % (nodes - 1), j // (nodes - 1)
+        out.append(((node + hop) % nodes) * g + (local + turn) % g)
+    return out
+
+
+def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> float:
+    """Every rank sends ``nbytes`` split over its k :func:`flow_peers` and receives
+    from the k ranks that send to it, all at once; slowest rank's seconds."""
+    p, rank = comm.size, comm.rank
+    nodes = p // g
+    part = max(nbytes // k, 1)
+    send = np.zeros(part, dtype=np.uint8)
+    recv = np.zeros((k, part), dtype=np.uint8)
+    to = flow_peers(rank, nodes, g, k)
+    frm = [r for r in range(p) if rank in flow_peers(r, nodes, g, k)]
+
+    def body() -> None:
+        reqs = [comm.Irecv(recv[i], source=s, tag=8) for i, s in enumerate(frm)]
+        reqs += [comm.Isend(send, dest=d, tag=8) for d in to]
         for r in reqs:
             r.Wait()
 
@@ -303,6 +341,16 @@ def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     return statistics.median(times[1:])
 
 
+def flow_counts(remote: int) -> list[int]:
+    """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks), and
+    ``remote`` itself (k = 1 is the ``allnics`` point)."""
+    ks, k = [], 2
+    while k < remote:
+        ks.append(k)
+        k *= 2
+    return ks + ([remote] if remote > 1 else [])
+
+
 def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
     """Disjoint pairs that keep as many ranks as possible busy on one tier: local index
     ``l`` with ``l ^ 1`` of the same node (scale-up), node ``n`` with ``n ^ 1`` at the
@@ -345,6 +393,8 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
         add("allnics", "scaleout", p, nbytes, _exchange(comm, rail, nbytes, reps), reps)
+        for k in flow_counts(p - g):
+            add("flows", "scaleout", k, nbytes, _flows(comm, g, k, nbytes, reps), reps)
         remote = list(range(g, p))
         k = 1
         while k <= len(remote):
@@ -380,7 +430,8 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     link's rate = its bytes over the stream's round trip less two quiet latencies (its
     own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
     ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
-    the fabric has no cap of its own); incast = the least-squares slope of
+    the fabric has no cap of its own); ``fabric_flows_GBps`` = that rate for k = 1 and
+    for each ``flows`` point's k (where one of them is below the NICs' sum); incast = the least-squares slope of
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
     over n; ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
     the one-way put-and-see less that latency (what NVRAR's inter-node steps pay above
@@ -432,6 +483,17 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
         why["fabric_GBps"] = (
             f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once: "
             f"{agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
+        )
+    curve = [(1, agg)] + [
+        (q["peers"], q["bytes"] * nranks / max(q["time_us"] - lat, 1e-3) / 1e3)
+        for q in sorted((q for q in points if q["kind"] == "flows"), key=lambda q: q["peers"])
+    ]
+    if len(curve) > 1 and min(r for _, r in curve) < nic * nranks * 0.95:
+        c["fabric_flows_GBps"] = [[k, _round(r)] for k, r in curve]
+        why["fabric_flows_GBps"] = (
+            f"all {nranks} ranks streaming {every['bytes']} B each at once, split over k "
+            f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
+            "allnics point): the bytes of all over each time less one latency"
         )
     t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
     xs, ys = [], []
