@@ -91,8 +91,10 @@ def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
 #: ``coll_han_allreduce_segsize``: HAN pipelines its four sub-collectives over segments
 #: of this many bytes (Open MPI 5.0 default, ``ompi_info --all``)
 HAN_SEGMENT_BYTES = 65536
-#: bytes per element HAN's sub-collectives count in (libnbc's reduce picks its algorithm
-#: by element count): the suite's all-reduce buffers are float32
+#: bytes per element assumed where libnbc's reduce picks its algorithm by element count
+#: (reduce-scatter + gather needs at least half the next power of two of the leaders in
+#: elements): the choice changes only for buffers of a few bytes, so 4-byte elements
+#: stand for every type
 HAN_ELEMENT_BYTES = 4
 
 
