@@ -25,7 +25,18 @@ from tests.mpirun import run_mpi
 RUN = "calibrate-test"
 
 
-def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g=2, p=4):
+def points(
+    lat=100.0,
+    nic=0.0125,
+    cap=None,
+    incast=0.1,
+    msg=20.0,
+    stage=500.0,
+    g=2,
+    p=4,
+    put=30.0,
+    flows=None,
+):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
 
@@ -48,6 +59,10 @@ def points(lat=100.0, nic=0.0125, cap=None, incast=0.1, msg=20.0, stage=500.0, g
     out.append(q("stage", "scaleout", p, 0, lat + 2 * msg + stage))
     out += [q("post", "scaleout", n, 8 * n, 300 + msg * n) for n in cal.POST_COUNTS]
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
+    if put is not None:
+        out.append(q("put", "scaleout", p, 8, lat + put))
+    for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
+        out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
 
 
@@ -62,7 +77,16 @@ def test_fit_recovers_the_constants_it_was_given():
     assert c["msg_us"] == pytest.approx(20.0, rel=1e-3)
     assert c["stage_cost_us"] == pytest.approx(500.0, rel=1e-3)
     assert c["reduce_GBps"] == pytest.approx(1.0, rel=1e-3)
+    assert c["put_us"] == pytest.approx(30.0, rel=1e-3)  # above the two-sided latency
     assert set(why) == set(c)
+    # raw points of a calibrate before the put point: no put_us (the model's 0)
+    c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
+    assert "put_us" not in c
+    assert "fabric_flows_GBps" not in c  # no flows points, or none below the NICs' sum
+    c, why = cal.fit(points(cap=0.02, flows={2: 0.015}), gpus_per_node=2, nranks=4)
+    assert c["fabric_flows_GBps"] == [[1, pytest.approx(0.02, rel=1e-3)],
+                                      [2, pytest.approx(0.015, rel=1e-3)]]  # fmt: skip
+    assert "k = 1, 2" in why["fabric_flows_GBps"]
     # NICs that together reach their sum: the fabric has no cap of its own
     c, _ = cal.fit(points(), gpus_per_node=2, nranks=4)
     assert "fabric_GBps" not in c
@@ -84,7 +108,7 @@ def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tm
     fab = prof.fabric
     assert fab.flow_control == "lossy" and fab.incast_lossy == c["incast"]
     present = [k for k in FABRIC_CONSTANTS if getattr(fab, k) is not None]
-    assert "fabric_GBps" in present
+    assert "fabric_GBps" in present and "put_us" in present
     for key in present:
         assert fab.sources[key].startswith(f"measured: {RUN}: "), key
     f = fabric_from_profile(str(path))
@@ -130,7 +154,8 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "reduce"} <= kinds  # fmt: skip
+    assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
     model = tmp_path / "model.jsonl"
@@ -203,6 +228,38 @@ def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
     )
 
 
+def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():
+    for nodes, g in ((2, 4), (4, 2), (8, 1), (3, 2)):
+        p = nodes * g
+        ks = cal.flow_counts(p - g)
+        assert ks[-1] == p - g and 1 not in ks
+        for k in ks:
+            peers = {r: cal.flow_peers(r, nodes, g, k) for r in range(p)}
+            received = np.bincount([d for ds in peers.values() for d in ds], minlength=p)
+            assert (received == k).all()
+            for r, ds in peers.items():
+                assert len(set(ds)) == k and all(d // g != r // g for d in ds)
+
+
+def test_the_cap_follows_the_flows_per_nic():
+    traffic = np.full((8, 8), 1 << 20)
+    np.fill_diagonal(traffic, 0)
+    one_flow = fabric(gpus_per_node=2, fabric_GBps=0.067)
+    curve = one_flow.with_(fabric_flows=((1, 0.067), (6, 0.054)))
+    assert curve.cap_GBps(1) == pytest.approx(0.067) and curve.cap_GBps(12) == pytest.approx(0.054)
+    assert 0.054 < curve.cap_GBps(3) < 0.067
+    # fan-out on 4x2: 6 remote flows per NIC, the slower cap binds
+    cross = float((1 << 20) * 8 * 6)
+    assert a2a_model.fanout(traffic, curve).time_us >= cross / (0.054 * 1e3)
+    assert a2a_model.fanout(traffic, curve).time_us > a2a_model.fanout(traffic, one_flow).time_us
+    # one flow per NIC per step (spread-out): the one-flow cap, as before
+    assert a2a_model.spreadout(traffic, curve).time_us == pytest.approx(
+        a2a_model.spreadout(traffic, one_flow).time_us
+    )
+    with pytest.raises(ValueError, match="increasing flow counts"):
+        one_flow.with_(fabric_flows=((2, 0.05), (1, 0.06)))
+
+
 def test_mpi_models_follow_open_mpi_tuned_choices():
     assert a2a_model.ompi_alltoallv_algorithm(8) == "basic_linear"
     assert a2a_model.ompi_alltoallv_algorithm(2) == "pairwise"
@@ -216,9 +273,39 @@ def test_mpi_models_follow_open_mpi_tuned_choices():
     assert ar_model.ompi_allreduce_algorithm(8, 1 << 20) == "rabenseifner"
     assert ar_model.ompi_allreduce_algorithm(2, 100_000) == "ring"
     assert ar_model.ompi_allreduce_algorithm(4096, 1 << 20) == "rabenseifner"
-    pred = ar_model.predict("mpi", 1 << 20, 4, f)
+    one = f.with_(gpus_per_node=1)  # one rank per node: HAN hands over to tuned
+    pred = ar_model.predict("mpi", 1 << 20, 4, one)
     assert pred.info["algo"] == "rabenseifner"
-    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, f).time_us
+    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, one).time_us
+
+
+def test_mpi_allreduce_with_several_ranks_per_node_is_han():
+    assert ar_model.han_applies(4, 2) and ar_model.han_applies(2, 4)
+    assert not ar_model.han_applies(8, 1)  # one rank per node: tuned
+    assert not ar_model.han_applies(1, 8)  # one node: HAN disqualifies itself
+    f = fabric()  # 2 ranks per node
+    pred = ar_model.predict("mpi", 1 << 20, 4, f)
+    assert pred.info["algo"] == "han(reduce-scatter+gather, linear bcast)"
+    assert pred.info["han_segments"] == 16
+    assert pred.time_us == ar_model.han(1 << 20, 4, f).time_us
+    # libnbc's choices among the leaders (nbc_ireduce.c, nbc_ibcast.c)
+    assert ar_model._inter_reduce(65536, 4, f)[0] == "reduce-scatter+gather"
+    assert ar_model._inter_reduce(65536, 2, f)[0] == "chain"
+    assert ar_model._inter_reduce(1024, 2, f)[0] == "binomial"
+    assert ar_model._inter_bcast(65536, 4, f)[0] == "linear"
+    assert ar_model._inter_bcast(1024, 8, f)[0] == "binomial"
+    assert ar_model._inter_bcast(65536, 8, f)[0] == "chain"
+    # one segment: the four sub-collectives one after the other
+    n = 4096
+    parts = (ar_model._intra_tree(n, f, reduce=True), sum(ar_model._inter_reduce(n, 4, f)[1:]),
+             sum(ar_model._inter_bcast(n, 4, f)[1:]), ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
+    assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
+    # many segments: the pipeline costs about one iteration per segment, the inter-node
+    # side (reduce and broadcast on the leader's NIC) being the longer here
+    seg = ar_model.HAN_SEGMENT_BYTES
+    per_seg = sum(ar_model._inter_reduce(seg, 4, f)[1:]) + ar_model._inter_bcast(seg, 4, f)[2]
+    t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))
+    assert t128 - t64 == pytest.approx(64 * per_seg, rel=0.05)
 
 
 # ---------------------------------------------------------------- the job experiment
@@ -247,6 +334,20 @@ def test_a_calibrate_step_takes_no_collective():
         parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
     with pytest.raises(UsageError, match="collective must be one of"):
         parse_step({"impls": {"cpu": ["mpi"]}}, "here")
+
+
+def test_nvrar_inter_node_steps_pay_the_measured_put():
+    f = fabric_from_profile("local-cluster")
+    assert f.put_us == 0  # shipped profile: not measured
+    base = ar_model.nvrar(4096, 4, f)
+    slow = ar_model.nvrar(4096, 4, f.with_(put_us=500.0))
+    steps = base.info["inter_steps"]
+    assert slow.time_us - base.time_us == pytest.approx(500.0 * steps)
+    # one rank per node: every step is a put
+    one = f.with_(gpus_per_node=1)
+    assert ar_model.nvrar(4096, 8, one.with_(put_us=100.0)).time_us == pytest.approx(
+        ar_model.nvrar(4096, 8, one).time_us + 3 * 100.0
+    )
 
 
 def test_nvrar_cells_carry_half_the_wire_on_the_cpu_backend():

@@ -47,3 +47,37 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     text = doc.read_text()
     assert text.startswith("# kept above") and text.rstrip().endswith("kept below")
     assert "old table" not in text and "| 2x2 | deep | alltoallv | zipf:0.8 | 256K |" in text
+    # calibrated twice: the drift of the key constants is in every row and in the table
+    assert (out / "profile-2x2-deep-after.toml").exists()
+    assert all("scaleout_latency_us" in r["drift"] for r in rows)
+    assert "Calibration drift" in text
+
+
+def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, capsys):
+    """No cluster: rows of an earlier run (one without a second calibration) redrawn."""
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+    from commbench.model import calibrate as cal
+    from tests.test_calibrate import points
+
+    c, why = cal.fit(points(), gpus_per_node=2, nranks=4)
+    base = load_toml(load_profile("local-cluster").path)
+    data = cal.profile_data(base, "profile-2x2-deep", c, why, "r", 2, "lossless")
+    (tmp_path / "profile-2x2-deep.toml").write_text(cal.dump_toml(data))
+    moved = {"scaleout_latency_us": [100.0, 250.0], "stage_cost_us": [500.0, 450.0]}
+    row = dict(shape="2x2", queue="deep", collective="allreduce", workload=None, size=4096,
+               impl="mpi", measured_us=20000.0, model_us=None, algo=None, nwrong=0)  # fmt: skip
+    rows = [{**row, "drift": moved}, {**row, "shape": "4x1", "impl": "ring"}]
+    path = tmp_path / "rows.jsonl"
+    pd.DataFrame(rows).to_json(path, orient="records", lines=True)
+    assert validate.drift_summary(moved) == "lat x2.50"
+    assert validate.drift({"msg_us": 1.0, "x": 2.0}, {"msg_us": 3.0}) == {"msg_us": [1.0, 3.0]}
+    assert validate.main(["--tables", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "| 2x2 | deep | allreduce | - | 4K | mpi | 20.00 | n/a | n/a | n/a | lat x2.50 |" in text
+    assert "| 4x1 | deep | allreduce | - | 4K | ring | 20.00 | n/a | n/a | n/a | - |" in text
+    assert "| 2x2 | deep | 100 -> 250 | 500 -> 450 |" in text
+    pd.DataFrame(rows[:1]).to_json(path, orient="records", lines=True)
+    assert validate.main(["--tables", str(path), "--remodel"]) == 0
+    text = capsys.readouterr().out
+    assert "| 2x2 | deep | allreduce | - | 4K | mpi (han(" in text and "lat x2.50 |" in text

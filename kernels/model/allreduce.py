@@ -21,9 +21,12 @@ puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of th
   nodes — one-sided puts of LL8 cells, each step paying the transport's ``put_us`` and
   moving its payload at the LL protocol's share of the NIC — then the intra-node
   all-gather. Three launched phases (one when g = 1: plain recursive doubling).
-* ``mpi``: ``MPI_Allreduce`` as Open MPI's ``coll/tuned`` chooses by rank count and
-  size (:data:`OMPI_ALLREDUCE`): recursive doubling for small buffers, Rabenseifner
-  (or a ring) for large ones.
+* ``mpi``: ``MPI_Allreduce`` as Open MPI 5 runs it: ``coll/han`` (:func:`han`: intra-node
+  reduce, inter-node reduce and broadcast among the node leaders, intra-node broadcast,
+  pipelined over 64 KiB segments) when the ranks span several nodes with more than one
+  on a node; otherwise ``coll/tuned``'s choice by rank count and size
+  (:data:`OMPI_ALLREDUCE`): recursive doubling for small buffers, Rabenseifner (or a
+  ring) for large ones.
 * ``nccl``: NCCL's own choice among tree/ring x LL/LL128/Simple with the constants of its
   ``tuning.cc`` (:mod:`commbench.kernels.model.nccl`), plus the host proxy's cost on every network
   step (``proxy_us``).
@@ -70,15 +73,172 @@ def ompi_allreduce_algorithm(nranks: int, n: int) -> str:
 
 
 def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """``MPI_Allreduce`` as Open MPI's ``coll/tuned`` picks it (a flat algorithm over
-    all ranks, host-posted messages)."""
+    """``MPI_Allreduce`` as Open MPI 5 runs it: ``coll/han`` (:func:`han`) on a
+    communicator spanning nodes with several ranks per node, otherwise ``coll/tuned``'s
+    flat algorithm over all ranks (host-posted messages)."""
     _check(n, nodes, fabric)
     p = nodes * fabric.gpus_per_node
     if p == 1:
         return Prediction("mpi", np.full(1, fabric.stage_us), 0.0, {"algo": "none"})
+    if han_applies(nodes, fabric.gpus_per_node):
+        pred = han(n, nodes, fabric)
+        return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, pred.info)
     algo = ompi_allreduce_algorithm(p, n)
     pred = predict(algo, n, nodes, fabric)
     return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
+
+
+#: ``coll_han_allreduce_segsize``: HAN pipelines its four sub-collectives over segments
+#: of this many bytes (Open MPI 5.0 default, ``ompi_info --all``)
+HAN_SEGMENT_BYTES = 65536
+#: bytes per element assumed where libnbc's reduce picks its algorithm by element count
+#: (reduce-scatter + gather needs at least half the next power of two of the leaders in
+#: elements): the choice changes only for buffers of a few bytes, so 4-byte elements
+#: stand for every type
+HAN_ELEMENT_BYTES = 4
+
+
+def han_applies(nodes: int, gpus_per_node: int) -> bool:
+    """Whether Open MPI 5 runs ``MPI_Allreduce`` through ``coll/han``.
+
+    HAN's priority (35) is above ``coll/tuned``'s (30), so it is selected on every
+    intra-communicator with ranks on more than one node (``mca_coll_han_comm_query``
+    refuses only single-node ones); on its first collective it gives the communicator
+    back to tuned when no node holds more than one rank (``mca_coll_han_comm_create``:
+    "not yet optimized for a single process per node"). So: several nodes and several
+    ranks per node.
+    """
+    return nodes > 1 and gpus_per_node > 1
+
+
+def _ceil_log2(m: int) -> int:
+    return (m - 1).bit_length()
+
+
+def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
+    """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
+    level): ``(algorithm, latency part, wire-and-reduce part)`` of the root's path.
+
+    libnbc's choice (``nbc_ireduce.c``, commutative op): reduce-scatter + gather when
+    nodes > 2 and the count reaches half the next power of two; else binomial when
+    nodes > 4 or under 64 KiB; else a chain of 8 KiB segments.
+    """
+    post, alpha = fabric.msg_us, fabric.nic_us
+
+    def wire(b: float, concurrent: int) -> float:
+        return float(max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b)))
+
+    pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
+    if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
+        p2 = 1 << _log2_floor(nodes)
+        lat = wire_us = 0.0
+        if p2 < nodes:  # extra leaders fold in first
+            lat += post + alpha
+            wire_us += wire(s, nodes - p2) + float(fabric.reduce_time_us(s))
+        k = _log2_floor(p2)
+        for i in range(k):  # recursive halving, then the binomial gather back
+            half = s / 2 ** (i + 1)
+            lat += 2 * (post + alpha)
+            wire_us += 2 * wire(half, p2) + float(fabric.reduce_time_us(half))
+        return "reduce-scatter+gather", lat, wire_us
+    if nodes > 4 or s < 65536:
+        steps = _ceil_log2(nodes)
+        lat = steps * (post + alpha)
+        wire_us = steps * (wire(s, nodes // 2) + float(fabric.reduce_time_us(s)))
+        return "binomial", lat, wire_us
+    seg = min(8192.0, s)
+    nseg = max(1, math.ceil(s / seg))
+    hop = wire(seg, nodes - 1) + float(fabric.reduce_time_us(seg))
+    lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
+    return "chain", lat, (nodes - 1 + nseg - 1) * hop
+
+
+def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
+    """libnbc's ``MPI_Ibcast`` of s bytes from leader 0 (``nbc_ibcast.c``): linear up
+    to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
+    segments. Returns ``(algorithm, latency part, wire part)``."""
+    post, alpha = fabric.msg_us, fabric.nic_us
+    if nodes <= 4:  # the root's NIC carries every copy
+        lat = (nodes - 1) * post + alpha
+        return "linear", lat, float(fabric.nic_time_us((nodes - 1) * s))
+    if s < 65536:
+        steps = _ceil_log2(nodes)
+        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(s))
+    seg = 8192.0 if s < 524288 else 32768.0
+    nseg = max(1, math.ceil(s / seg))
+    hop = float(max(fabric.nic_time_us(seg), fabric.fabric_time_us((nodes - 1) * seg)))
+    lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
+    return "chain", lat, (nodes - 1 + nseg - 1) * hop
+
+
+def _intra_tree(s: float, fabric: Fabric, reduce: bool) -> float:
+    """tuned's reduce to (or broadcast from) local rank 0 of s bytes among a node's g
+    ranks (HAN's low level), as a binomial tree: ⌈log2 g⌉ scale-up messages (with g = 2,
+    as on the emulated 4x2, every algorithm of tuned is this one message)."""
+    steps = _ceil_log2(fabric.gpus_per_node)
+    one = fabric.msg_us + fabric.scaleup_us + float(fabric.peer_time_us(s))
+    if reduce:
+        one += float(fabric.reduce_time_us(s))
+    return steps * one
+
+
+def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
+    """Open MPI 5's ``coll/han`` all-reduce (``mca_coll_han_allreduce_intra``, the
+    default: not "simple").
+
+    The buffer is cut into :data:`HAN_SEGMENT_BYTES` segments; each goes through four
+    sub-collectives: an intra-node reduce to local rank 0 (tuned), an inter-node reduce
+    among the node leaders (libnbc ``ireduce``), an inter-node broadcast among them
+    (libnbc ``ibcast``) and an intra-node broadcast (tuned). They are pipelined: in
+    iteration i a leader runs the intra-node reduce of segment i and broadcast of
+    segment i - 3 (blocking, one after the other) while the non-blocking inter-node
+    reduce of segment i - 1 and broadcast of segment i - 2 progress (their wire times
+    add on the leader's NIC, their latencies overlap). An iteration lasts the longer of
+    the two sides; there are segments + 3 iterations.
+    """
+    _check(n, nodes, fabric)
+    g = fabric.gpus_per_node
+    p = nodes * g
+    m = max(1, math.ceil(n / HAN_SEGMENT_BYTES))
+    seg = np.full(m, float(min(n, HAN_SEGMENT_BYTES)))
+    seg[-1] = n - (m - 1) * seg[0]
+    memo: dict = {}
+
+    def cost(kind: str, s: float) -> tuple:
+        key = (kind, s)
+        if key not in memo:
+            if kind == "lr":
+                memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0)
+            elif kind == "lb":
+                memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0)
+            elif kind == "ur":
+                memo[key] = _inter_reduce(s, nodes, fabric)
+            else:
+                memo[key] = _inter_bcast(s, nodes, fabric)
+        return memo[key]
+
+    def seg_at(i: int) -> float | None:
+        return float(seg[i]) if 0 <= i < m else None
+
+    total = 0.0
+    for it in range(m + 3):
+        intra = sum(cost(k, s)[1] for k, s in (("lr", seg_at(it)), ("lb", seg_at(it - 3)))
+                    if s is not None)  # fmt: skip
+        inter = [cost(k, s) for k, s in (("ur", seg_at(it - 1)), ("ub", seg_at(it - 2)))
+                 if s is not None]  # fmt: skip
+        inter_us = max((c[1] for c in inter), default=0.0) + sum(c[2] for c in inter)
+        total += max(intra, inter_us)
+    ur_alg = cost("ur", float(seg[0]))[0]
+    ub_alg = cost("ub", float(seg[0]))[0]
+    info = {
+        "algo": f"han({ur_alg}, {ub_alg} bcast)",
+        "han_segments": m,
+        "han_inter_reduce": f"libnbc {ur_alg}",
+        "han_inter_bcast": f"libnbc {ub_alg}",
+        "han_intra": "tuned binomial reduce/bcast",
+    }
+    t = np.full(p, fabric.stage_us + total)
+    return Prediction("han", t, lower_bound_us(n, nodes, fabric), info)
 
 
 def _check(n: int, nodes: int, fabric: Fabric) -> None:

@@ -27,7 +27,11 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   last at least all of the step's scale-out bytes over it (they share it as they share a
   port). A measured property: ``commbench calibrate`` streams through every NIC at once
   and keeps the rate when it is below the NICs' sum (on the emulated cluster, 2 shared
-  cores carry every packet, so 8 busy NICs reach less than 8 x one).
+  cores carry every packet, so 8 busy NICs reach less than 8 x one). ``fabric_flows``
+  refines it by the number of concurrent flows: ``(flows per NIC, GB/s)`` points (every
+  rank streaming to k remote ranks at once, ``commbench calibrate``'s ``flows`` points);
+  a step's cap is the curve at its scale-out flows per sending NIC (interpolated on a log
+  axis, flat beyond the ends), e.g. where each flow costs the hosts CPU time.
 
 The makespan of one step is therefore at least the busiest port's bytes over its
 bandwidth — the lower bound — and a flow into a hot port holds its sender until that port
@@ -88,6 +92,9 @@ class Fabric:
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
     fabric_GBps: float = math.inf
+    #: ``((flows per NIC, GB/s), ...)``: the cap by concurrent flows (empty: ``fabric_GBps``
+    #: whatever the flows)
+    fabric_flows: tuple = ()
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -110,6 +117,16 @@ class Fabric:
                     f"fabric: {name} must be a positive bandwidth in GB/s (got {v!r}); "
                     "fix the system profile or the command-line override"
                 )
+        flows = tuple(tuple(float(x) for x in pair) for pair in self.fabric_flows)
+        object.__setattr__(self, "fabric_flows", flows)
+        for pair in flows:
+            if len(pair) != 2 or not pair[0] >= 1 or not 0 < pair[1] < math.inf:
+                raise ValueError(
+                    "fabric: fabric_flows must be (flows per NIC >= 1, GB/s > 0) pairs "
+                    f"(got {self.fabric_flows!r})"
+                )
+        if [k for k, _ in flows] != sorted({k for k, _ in flows}):
+            raise ValueError("fabric: fabric_flows must be in increasing flow counts, once each")
         for name in (
             "nic_us",
             "scaleup_us",
@@ -146,9 +163,19 @@ class Fabric:
         """Time for ``nbytes`` from one GPU to one peer of its node (port and link)."""
         return nbytes / (min(self.scaleup_GBps, self.scaleup_peer_GBps) * _BYTES_PER_US)
 
-    def fabric_time_us(self, nbytes) -> np.ndarray | float:
-        """Time for ``nbytes`` through the switch, all NICs together (0 when uncapped)."""
-        return nbytes / (self.fabric_GBps * _BYTES_PER_US)
+    def cap_GBps(self, flows_per_nic: float = 1.0) -> float:
+        """The switch-crossing rate of all NICs together when each sending NIC carries
+        ``flows_per_nic`` concurrent flows (``fabric_flows``, else ``fabric_GBps``)."""
+        if not self.fabric_flows:
+            return self.fabric_GBps
+        ks = np.log([k for k, _ in self.fabric_flows])
+        rates = [r for _, r in self.fabric_flows]
+        return float(np.interp(math.log(max(flows_per_nic, 1.0)), ks, rates))
+
+    def fabric_time_us(self, nbytes, flows_per_nic: float = 1.0) -> np.ndarray | float:
+        """Time for ``nbytes`` through the switch, all NICs together, each sending NIC
+        with ``flows_per_nic`` flows (0 when uncapped)."""
+        return nbytes / (self.cap_GBps(flows_per_nic) * _BYTES_PER_US)
 
     def reduce_time_us(self, nbytes) -> np.ndarray | float:
         """Time to reduce ``nbytes`` of incoming data into a buffer."""
@@ -233,8 +260,9 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         extra = np.maximum(senders - 1, 0)
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
-    if nic and math.isfinite(fabric.fabric_GBps):
-        duration = np.maximum(duration, fabric.fabric_time_us(nb.sum()))
+    if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
+        per_nic = src.size / np.unique(src).size  # concurrent flows per sending NIC
+        duration = np.maximum(duration, fabric.fabric_time_us(nb.sum(), per_nic))
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration

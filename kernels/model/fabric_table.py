@@ -42,7 +42,9 @@ class FabricTable(BaseModel):
       and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
       (false where NCCL disables its LL128 protocol: GPU-NIC path through the CPU);
       ``fabric_GBps`` (the bytes all NICs together move through the switch per second,
-      where that is below their sum: measured by ``commbench calibrate``).
+      where that is below their sum: measured by ``commbench calibrate``) and
+      ``fabric_flows_GBps`` (``[[flows per NIC, GB/s], ...]``: that rate by the number of
+      concurrent flows each NIC carries, where it changes with them).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -68,6 +70,7 @@ class FabricTable(BaseModel):
     flow_control: Literal["lossless", "lossy"] | None = None
     nccl_ll128: bool | None = None
     fabric_GBps: float | None = Field(None, gt=0)
+    fabric_flows_GBps: list[list[float]] | None = None
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -103,6 +106,8 @@ class FabricTable(BaseModel):
         optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
                     "nccl_ll128", "fabric_GBps")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
+        if self.fabric_flows_GBps is not None:
+            values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         case = flow_control or self.flow_control
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)

@@ -22,6 +22,11 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank streams ``--bytes`` at once to the rank of the same local index on the
     next node (a rail shift: every NIC sends and receives once, no incast): the rate
     all NICs reach together; ``fabric_GBps`` is the switch-crossing bytes over that time.
+``flows``
+    every rank streams ``--bytes`` at once, split evenly over k ranks of other nodes
+    (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
+    destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
+    reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -31,6 +36,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``post``
     rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
     slope is the host cost per posted message.
+``put``
+    8 B one-way put-and-see, every rank paired with the rank of its index on another
+    node at once (as ``pingpong-all``): a rank puts an 8-byte cell (its flag) into its
+    partner's MPI RMA window (passive target, ``Rput``, no flush) and the partner polls
+    its own window memory until the flag shows, then puts one back; half the round trip.
+    This is how NVRAR's cpu backend (:mod:`commbench.kernels.nvrar.cpu`) moves its cells
+    and waits for them; ``put_us`` is what it costs above a two-sided message.
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
@@ -147,6 +159,39 @@ def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -
     return _median_round(comm, body, reps)
 
 
+def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
+    """The k remote ranks ``rank`` streams to in a ``flows`` point: shift j (j < k) goes
+    1 + j mod (N - 1) nodes on and j div (N - 1) local indices round, so every shift is a
+    permutation of the ranks and every rank receives exactly k flows."""
+    node, local = divmod(rank, g)
+    out = []
+    for j in range(k):
+        hop, turn = 1 + j % (nodes - 1), j // (nodes - 1)
+        out.append(((node + hop) % nodes) * g + (local + turn) % g)
+    return out
+
+
+def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> float:
+    """Every rank sends ``nbytes`` split over its k :func:`flow_peers` and receives
+    from the k ranks that send to it, all at once; slowest rank's seconds."""
+    p, rank = comm.size, comm.rank
+    nodes = p // g
+    part = max(nbytes // k, 1)
+    send = np.zeros(part, dtype=np.uint8)
+    recv = np.zeros((k, part), dtype=np.uint8)
+    to = flow_peers(rank, nodes, g, k)
+    frm = [r for r in range(p) if rank in flow_peers(r, nodes, g, k)]
+
+    def body() -> None:
+        reqs = [comm.Irecv(recv[i], source=s, tag=8) for i, s in enumerate(frm)]
+        reqs += [comm.Isend(send, dest=d, tag=8) for d in to]
+        for r in reqs:
+            r.Wait()
+
+    body()
+    return _median_round(comm, body, reps)
+
+
 def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
     """``senders`` each send ``nbytes`` to rank 0 at once; slowest rank's seconds."""
     rank = comm.rank
@@ -209,6 +254,78 @@ def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
     return _median_round(comm, body, reps)
 
 
+def _putpong(comm, pairs: list[tuple[int, int]], reps: int, trips: int,
+             timeout_s: float = 60.0) -> float:  # fmt: skip
+    """Round-trip seconds of an 8 B put whose target polls for it and puts one back, for
+    every pair at once (median over ``reps`` rounds of ``trips`` round trips, the slowest
+    pair). Put and poll as NVRAR's cpu backend does (``Rput`` into a passively locked
+    window, ``Win.Sync`` + test of the own puts + yield, sleeping after
+    :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls). Collective."""
+    from mpi4py import MPI
+
+    from commbench.kernels.nvrar.cpu import YIELD_POLLS
+
+    win = MPI.Win.Allocate(8, 8, comm=comm)
+    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:1]
+    words[:] = 0
+    comm.Barrier()
+    win.Lock_all(MPI.MODE_NOCHECK)
+    src = np.zeros(1, dtype=np.uint64)
+    role = {a: (b, True) for a, b in pairs} | {b: (a, False) for a, b in pairs}
+    peer, first = role.get(comm.rank, (None, False))
+    pending: list = []
+    seq = [0]
+
+    def put(value: int) -> None:
+        if pending:  # the origin buffer is reused: complete the previous put (it landed)
+            MPI.Request.Waitall(pending)
+            pending.clear()
+        src[0] = value
+        pending.append(win.Rput([src, MPI.UINT64_T], peer, target=(0, 1, MPI.UINT64_T)))
+
+    def see(value: int) -> None:
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        while True:
+            win.Sync()
+            if int(words[0]) >= value:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"put microbenchmark: rank {comm.rank} saw no put from rank {peer} in "
+                    f"{timeout_s:g} s (one-sided MPI does not progress on this transport)"
+                )
+            if pending and MPI.Request.Testall(pending):
+                pending.clear()
+            polls += 1
+            if pending or polls <= YIELD_POLLS:
+                os.sched_yield()
+            else:
+                time.sleep(20e-6)  # the cpu backend's default poll_sleep_us
+
+    def body() -> None:
+        if peer is None:
+            return
+        for _ in range(trips):
+            seq[0] += 1
+            if first:
+                put(seq[0])
+                see(seq[0])
+            else:
+                see(seq[0])
+                put(seq[0])
+
+    try:
+        body()  # warm-up: connections
+        return _median_round(comm, body, reps) / trips
+    finally:
+        if pending:
+            MPI.Request.Waitall(pending)
+        comm.Barrier()
+        win.Unlock_all()
+        win.Free()
+
+
 def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     from commbench.kernels.reduce import reduce_into, storage
 
@@ -222,6 +339,16 @@ def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
         reduce_into(np, out, a, b, "sum", dtype)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
+
+
+def flow_counts(remote: int) -> list[int]:
+    """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks), and
+    ``remote`` itself (k = 1 is the ``allnics`` point)."""
+    ks, k = [], 2
+    while k < remote:
+        ks.append(k)
+        k *= 2
+    return ks + ([remote] if remote > 1 else [])
 
 
 def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
@@ -266,6 +393,8 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
         add("allnics", "scaleout", p, nbytes, _exchange(comm, rail, nbytes, reps), reps)
+        for k in flow_counts(p - g):
+            add("flows", "scaleout", k, nbytes, _flows(comm, g, k, nbytes, reps), reps)
         remote = list(range(g, p))
         k = 1
         while k <= len(remote):
@@ -275,6 +404,9 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
+        busy = busy_pairs(p, g, "scaleout")
+        secs = _putpong(comm, busy, reps, 20) / 2
+        add("put", "scaleout", 2 * len(busy), 8, secs, reps * 20)
     dtype = opts["dtype"]
     secs = _reduce_seconds(nbytes, dtype, reps) if comm.rank == 0 else 0.0
     add("reduce", "local", 1, nbytes, comm.bcast(secs, root=0), reps)
@@ -298,9 +430,12 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     link's rate = its bytes over the stream's round trip less two quiet latencies (its
     own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
     ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
-    the fabric has no cap of its own); incast = the least-squares slope of
+    the fabric has no cap of its own); ``fabric_flows_GBps`` = that rate for k = 1 and
+    for each ``flows`` point's k (where one of them is below the NICs' sum); incast = the least-squares slope of
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
-    over n; ``stage_cost_us`` = an empty round less one latency and its two posts.
+    over n; ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
+    the one-way put-and-see less that latency (what NVRAR's inter-node steps pay above
+    a message).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -349,6 +484,17 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once: "
             f"{agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
         )
+    curve = [(1, agg)] + [
+        (q["peers"], q["bytes"] * nranks / max(q["time_us"] - lat, 1e-3) / 1e3)
+        for q in sorted((q for q in points if q["kind"] == "flows"), key=lambda q: q["peers"])
+    ]
+    if len(curve) > 1 and min(r for _, r in curve) < nic * nranks * 0.95:
+        c["fabric_flows_GBps"] = [[k, _round(r)] for k, r in curve]
+        why["fabric_flows_GBps"] = (
+            f"all {nranks} ranks streaming {every['bytes']} B each at once, split over k "
+            f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
+            "allnics point): the bytes of all over each time less one latency"
+        )
     t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
     xs, ys = [], []
     for q in points:
@@ -378,6 +524,14 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
         f"an empty exchange round with a rail partner, all ranks at once ({stage:.4g} us), "
         "less one latency and two posts"
     )
+    put = _one(points, "put")
+    if put is not None:  # profiles written before the put point have none
+        c["put_us"] = max(put["time_us"] - lat, 0.0)
+        why["put_us"] = (
+            f"8 B put into an RMA window seen by the target's poll, every rank paired with "
+            f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
+            "backend puts and polls), less the two-sided latency"
+        )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
