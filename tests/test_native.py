@@ -70,6 +70,10 @@ def test_reference_c_is_recorded_beside_commbench_time(driver_runs):
     assert (df.nwrong == 0).all() and (df.timed_loop == "native").all()
     assert (df.reference == "c").all() and (df.reference_time_us > 0).all()
     assert all(len(r) == 8 for r in df.rank_reference_us)
+    # timed before and after commbench's calls: a rank's reference is the pair's mean
+    for pairs, means in zip(df.rank_reference_pair_us, df.rank_reference_us, strict=True):
+        assert np.array(pairs).shape == (8, 2) and (np.array(pairs) > 0).all()
+        assert np.allclose(np.mean(pairs, axis=1), means)
     assert "C ref" in stdout and "x C" in stdout
     fanout = records(driver_runs.tmp / "ref-fanout.jsonl")
     driver_runs.stdout("reference-fanout")

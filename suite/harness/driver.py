@@ -709,9 +709,9 @@ class Sweep:
             per_call_us = float(samples.mean())
             host_us = issuing / cfg.iters * 1e6
             progress = None
-        reference_us = None
+        reference_pair = None
         if reference_before is not None:
-            reference_us = (reference_before + self._time_reference(case, what)) / 2
+            reference_pair = (reference_before, self._time_reference(case, what))
         # One call started together after a barrier: when did this rank finish?
         wd.phase(f"{what}: the finish-time call")
         t.barrier()
@@ -732,7 +732,7 @@ class Sweep:
         return {
             "time_us": per_call_us,
             "host_us": host_us,
-            "reference_us": reference_us,
+            "reference_pair_us": reference_pair,
             "timed_loop": "python" if native_call is None else "native",
             "samples": samples,
             "progress": progress,
@@ -846,9 +846,11 @@ class Sweep:
             timed_loop=gathered[0]["timed_loop"],
         )
         if cfg.reference:
-            ref = np.array([g["reference_us"] for g in gathered])
+            pairs = np.array([g["reference_pair_us"] for g in gathered])  # (before, after)
+            ref = pairs.mean(axis=1)
             rec["reference_time_us"] = metrics.reduce_times(ref, cfg.time_reduction)
             rec["rank_reference_us"] = ref.tolist()
+            rec["rank_reference_pair_us"] = pairs.tolist()
         factor = metrics.busbw_factor(cfg.collective, self.topo.size)
         algbw = metrics.algbw_GBps(rec["metric_bytes"], shown)
         rec.update(
