@@ -36,6 +36,7 @@ def points(
     p=4,
     put=30.0,
     flows=None,
+    exchange=None,
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
@@ -61,6 +62,8 @@ def points(
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
     if put is not None:
         out.append(q("put", "scaleout", p, 8, lat + put))
+    if exchange is not None:  # every rank exchanging with one peer at `exchange` GB/s each way
+        out.append(q("exchange", "scaleout", p, s, lat + s / (exchange * 1e3)))
     for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
         out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
@@ -90,6 +93,13 @@ def test_fit_recovers_the_constants_it_was_given():
     # NICs that together reach their sum: the fabric has no cap of its own
     c, _ = cal.fit(points(), gpus_per_node=2, nranks=4)
     assert "fabric_GBps" not in c
+    assert "exchange_GBps" not in c  # no exchange point
+    c, why = cal.fit(points(exchange=0.0075), gpus_per_node=2, nranks=4)
+    assert c["exchange_GBps"] == pytest.approx(0.0075, rel=1e-3)
+    assert "both directions" in why["exchange_GBps"]
+    # an exchange as fast as a one-way stream: no limit of its own
+    c, _ = cal.fit(points(exchange=0.0125), gpus_per_node=2, nranks=4)
+    assert "exchange_GBps" not in c
 
 
 def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tmp_path):
@@ -154,7 +164,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "flows", "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "exchange", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
@@ -226,6 +236,36 @@ def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
         ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us
         > ar_model.ring(1 << 20, 8, one).time_us
     )
+
+
+def test_an_exchange_is_capped_where_a_one_way_flow_is_not():
+    """``exchange_GBps`` slows a flow whose reverse moves in the same step: recursive
+    doubling's and Rabenseifner's steps, a FAST stage that swaps two servers; not ring's
+    one-way steps, and not fan-out, whose flows share their NICs below the cap."""
+    one = fabric(gpus_per_node=1, scaleup_GBps=math.inf)
+    slow = one.with_(exchange_GBps=0.006)
+    n = 4 << 20
+    for algo in (ar_model.recursive_doubling, ar_model.rabenseifner):
+        assert algo(n, 8, slow).time_us > 1.5 * algo(n, 8, one).time_us
+    assert ar_model.ring(n, 8, slow).time_us == pytest.approx(ar_model.ring(n, 8, one).time_us)
+    # all-to-allv: a swap of two ranks vs a one-way shift of the same bytes
+    swap = np.zeros((4, 4), dtype=np.int64)
+    swap[0, 2] = swap[2, 0] = 1 << 20
+    shift = np.zeros((4, 4), dtype=np.int64)
+    shift[0, 2] = shift[2, 1] = 1 << 20
+    base, capped = fabric(), fabric(exchange_GBps=0.006)
+    assert a2a_model.fanout(swap, capped).time_us >= (1 << 20) / (0.006 * 1e3)
+    assert a2a_model.fanout(shift, capped).time_us == pytest.approx(
+        a2a_model.fanout(shift, base).time_us
+    )
+    traffic = np.full((8, 8), 1 << 20)
+    np.fill_diagonal(traffic, 0)
+    wide = fabric(gpus_per_node=2)
+    assert a2a_model.fanout(traffic, wide.with_(exchange_GBps=0.009)).time_us == pytest.approx(
+        a2a_model.fanout(traffic, wide).time_us
+    )
+    with pytest.raises(ValueError, match="exchange_GBps"):
+        one.with_(exchange_GBps=0.0)
 
 
 def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():

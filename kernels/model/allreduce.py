@@ -125,8 +125,9 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
     """
     post, alpha = fabric.msg_us, fabric.nic_us
 
-    def wire(b: float, concurrent: int) -> float:
-        return float(max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b)))
+    def wire(b: float, concurrent: int, exchange: bool = False) -> float:
+        t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b))
+        return float(max(t, b / (fabric.exchange_GBps * 1e3)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
     if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
@@ -139,7 +140,9 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
         for i in range(k):  # recursive halving, then the binomial gather back
             half = s / 2 ** (i + 1)
             lat += 2 * (post + alpha)
-            wire_us += 2 * wire(half, p2) + float(fabric.reduce_time_us(half))
+            wire_us += (
+                wire(half, p2, exchange=True) + wire(half, p2) + float(fabric.reduce_time_us(half))
+            )
         return "reduce-scatter+gather", lat, wire_us
     if nodes > 4 or s < 65536:
         steps = _ceil_log2(nodes)
@@ -270,16 +273,20 @@ def _link(
     post_us: float,
     nic_share: float = 1.0,
     concurrent: int = 1,
+    exchange: bool = False,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
     ``post_us``: what posting the message costs (host or proxy); ``nic_share``: the
     fraction of the NIC's bandwidth the message's protocol gets for its payload;
     ``concurrent``: messages of this size crossing the switch at the same time (they
-    share the fabric's ``fabric_GBps``).
+    share the fabric's ``fabric_GBps``); ``exchange``: the pair sends both ways at once
+    (each direction at most ``exchange_GBps``).
     """
     wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
                       fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
+    if exchange:
+        wire = np.maximum(wire, nbytes / nic_share / (fabric.exchange_GBps * 1e3))
     return post_us + np.where(
         cross,
         fabric.nic_us + wire,
@@ -300,7 +307,8 @@ def _pairwise(
     """Finish times of a butterfly over ``len(node_of)`` participants.
 
     ``steps`` holds ``(bit, wire, reduce)``: participant i exchanges ``wire`` bytes with
-    i XOR 2^bit, then reduces ``reduce`` bytes. Participants beyond the largest power of
+    i XOR 2^bit (both ways at once: at most ``exchange_GBps`` each way across nodes),
+    then reduces ``reduce`` bytes. Participants beyond the largest power of
     two fold in first (``fold = (wire, reduce)``) and get ``fold[0]`` bytes back at the end.
     ``post_us``: cost of posting one message (default ``msg_us``, two-sided host sends);
     ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
@@ -322,7 +330,8 @@ def _pairwise(
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
         cross = node_of[i] != node_of[j]
-        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
+        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
+                     exchange=True)  # fmt: skip
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
         cross = node_of[hi] != node_of[lo]

@@ -32,6 +32,13 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   rank streaming to k remote ranks at once, ``commbench calibrate``'s ``flows`` points);
   a step's cap is the curve at its scale-out flows per sending NIC (interpolated on a log
   axis, flat beyond the ends), e.g. where each flow costs the hosts CPU time.
+* ``exchange_GBps`` caps one direction of an exchange: a flow whose reverse (the same
+  pair, the other way) moves in the same step lasts at least its bytes over it. Measured
+  by ``commbench calibrate`` (every rank exchanging with one peer at once) and kept where
+  it is below a one-way stream: over MPI's TCP transport both directions of a pair share
+  one connection, and on the emulated cluster such an exchange runs at ~60 % of a
+  one-way flow (fan-out's flows are exchanges too, but share their NICs so that this
+  cap does not bind them). Infinite by default.
 
 The makespan of one step is therefore at least the busiest port's bytes over its
 bandwidth — the lower bound — and a flow into a hot port holds its sender until that port
@@ -95,6 +102,9 @@ class Fabric:
     #: ``((flows per NIC, GB/s), ...)``: the cap by concurrent flows (empty: ``fabric_GBps``
     #: whatever the flows)
     fabric_flows: tuple = ()
+    #: one direction of an exchange with one peer (both directions of a pair at once), in
+    #: GB/s, where it is below a one-way flow's rate (inf: no such limit)
+    exchange_GBps: float = math.inf
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -110,7 +120,8 @@ class Fabric:
             object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
         if not 0 < _number(self, "ll8_share") <= 1:
             raise ValueError(f"fabric: ll8_share must be in (0, 1] (got {self.ll8_share!r})")
-        for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps"):
+        for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps",
+                     "exchange_GBps"):  # fmt: skip
             v = _number(self, name)
             if not v > 0 or (name == "nic_GBps" and math.isinf(v)):
                 raise ValueError(
@@ -246,6 +257,14 @@ def _overflow(fabric: Fabric, received: np.ndarray, senders: np.ndarray) -> np.n
     return share
 
 
+def exchange_time_us(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
+    """Per flow: its bytes at ``exchange_GBps`` where the same step also has the reverse
+    flow (dst -> src: an exchange with one peer), else 0."""
+    key = np.asarray(src, np.int64) * p + dst
+    paired = np.isin(np.asarray(dst, np.int64) * p + src, key)
+    return np.where(paired, nb / (fabric.exchange_GBps * _BYTES_PER_US), 0.0)
+
+
 def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> None:
     """Flows of one tier: update ``finish`` in place with their end times."""
     if nic:
@@ -263,6 +282,8 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
     if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
         per_nic = src.size / np.unique(src).size  # concurrent flows per sending NIC
         duration = np.maximum(duration, fabric.fabric_time_us(nb.sum(), per_nic))
+    if nic and math.isfinite(fabric.exchange_GBps):
+        duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration

@@ -27,6 +27,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
     destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
     reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
+``exchange``
+    every rank exchanges ``--bytes`` with the rank of its index on node ``n ^ 1`` at once
+    (both directions of one pair at the same time, as recursive doubling's and
+    Rabenseifner's steps and a FAST stage whose permutation swaps two servers do): the
+    rate one direction of such an exchange reaches, ``exchange_GBps``. Over MPI's TCP
+    transport both directions share one connection per pair; on the emulated cluster
+    this runs at ~60 % of a one-way stream's rate.
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -395,6 +402,10 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         add("allnics", "scaleout", p, nbytes, _exchange(comm, rail, nbytes, reps), reps)
         for k in flow_counts(p - g):
             add("flows", "scaleout", k, nbytes, _flows(comm, g, k, nbytes, reps), reps)
+        pairs = {}
+        for a, b in busy_pairs(p, g, "scaleout"):
+            pairs[a], pairs[b] = (b, b), (a, a)
+        add("exchange", "scaleout", len(pairs), nbytes, _exchange(comm, pairs, nbytes, reps), reps)
         remote = list(range(g, p))
         k = 1
         while k <= len(remote):
@@ -433,7 +444,9 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     the fabric has no cap of its own); ``fabric_flows_GBps`` = that rate for k = 1 and
     for each ``flows`` point's k (where one of them is below the NICs' sum); incast = the least-squares slope of
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
-    over n; ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
+    over n; ``exchange_GBps`` = one direction's bytes over the ``exchange`` time less one
+    latency (only where it is below one NIC's stream: otherwise an exchange costs what a
+    one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
     the one-way put-and-see less that latency (what NVRAR's inter-node steps pay above
     a message).
     """
@@ -495,6 +508,16 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
             "allnics point): the bytes of all over each time less one latency"
         )
+    swap = _one(points, "exchange")
+    if swap is not None:  # profiles written before the exchange point have none
+        one_way = swap["bytes"] / max(swap["time_us"] - lat, 1e-3) / 1e3
+        if one_way < nic * 0.95:
+            c["exchange_GBps"] = one_way
+            why["exchange_GBps"] = (
+                f"{swap['peers']} ranks exchanging {swap['bytes']} B with the rank of their "
+                f"index on node n ^ 1 at once, both directions of each pair together: "
+                f"{one_way:.4g} GB/s each way, below one NIC's stream ({nic:.4g})"
+            )
     t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
     xs, ys = [], []
     for q in points:
