@@ -37,6 +37,7 @@ def points(
     put=30.0,
     flows=None,
     exchange=None,
+    put_exchange=None,
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
@@ -64,6 +65,8 @@ def points(
         out.append(q("put", "scaleout", p, 8, lat + put))
     if exchange is not None:  # every rank exchanging with one peer at `exchange` GB/s each way
         out.append(q("exchange", "scaleout", p, s, lat + s / (exchange * 1e3)))
+    if put_exchange is not None:  # cells put both ways at once at `put_exchange` GB/s
+        out.append(q("put-exchange", "scaleout", p, s, lat + s / (put_exchange * 1e3)))
     for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
         out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
@@ -100,6 +103,9 @@ def test_fit_recovers_the_constants_it_was_given():
     # an exchange as fast as a one-way stream: no limit of its own
     c, _ = cal.fit(points(exchange=0.0125), gpus_per_node=2, nranks=4)
     assert "exchange_GBps" not in c
+    c, why = cal.fit(points(put_exchange=0.01), gpus_per_node=2, nranks=4)
+    assert c["put_exchange_GBps"] == pytest.approx(0.01, rel=1e-3)
+    assert "NVRAR" in why["put_exchange_GBps"]
 
 
 def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tmp_path):
@@ -164,7 +170,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "flows", "exchange", "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "exchange", "put-exchange", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
@@ -266,6 +272,12 @@ def test_an_exchange_is_capped_where_a_one_way_flow_is_not():
     )
     with pytest.raises(ValueError, match="exchange_GBps"):
         one.with_(exchange_GBps=0.0)
+    # NVRAR's steps are puts: their own measured rate where there is one
+    puts = slow.with_(put_exchange_GBps=0.012)
+    assert ar_model.nvrar(n, 8, puts).time_us < ar_model.nvrar(n, 8, slow).time_us
+    assert ar_model.recursive_doubling(n, 8, puts).time_us == pytest.approx(
+        ar_model.recursive_doubling(n, 8, slow).time_us
+    )
 
 
 def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():

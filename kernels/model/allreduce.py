@@ -273,20 +273,20 @@ def _link(
     post_us: float,
     nic_share: float = 1.0,
     concurrent: int = 1,
-    exchange: bool = False,
+    exchange: float | None = None,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
     ``post_us``: what posting the message costs (host or proxy); ``nic_share``: the
     fraction of the NIC's bandwidth the message's protocol gets for its payload;
     ``concurrent``: messages of this size crossing the switch at the same time (they
-    share the fabric's ``fabric_GBps``); ``exchange``: the pair sends both ways at once
-    (each direction at most ``exchange_GBps``).
+    share the fabric's ``fabric_GBps``); ``exchange``: the pair sends both ways at once,
+    each direction at most this many GB/s of wire bytes (None: not an exchange).
     """
     wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
                       fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
-    if exchange:
-        wire = np.maximum(wire, nbytes / nic_share / (fabric.exchange_GBps * 1e3))
+    if exchange is not None:
+        wire = np.maximum(wire, nbytes / nic_share / (exchange * 1e3))
     return post_us + np.where(
         cross,
         fabric.nic_us + wire,
@@ -303,6 +303,7 @@ def _pairwise(
     post_us: float | None = None,
     nic_share: float = 1.0,
     width: int = 1,
+    one_sided: bool = False,
 ) -> np.ndarray:
     """Finish times of a butterfly over ``len(node_of)`` participants.
 
@@ -312,8 +313,12 @@ def _pairwise(
     two fold in first (``fold = (wire, reduce)``) and get ``fold[0]`` bytes back at the end.
     ``post_us``: cost of posting one message (default ``msg_us``, two-sided host sends);
     ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
-    (each sending its own message at once, as NVRAR's GPUs of one node do).
+    (each sending its own message at once, as NVRAR's GPUs of one node do);
+    ``one_sided``: the exchanges are puts (``put_exchange_GBps`` where measured).
     """
+    exchange = fabric.exchange_GBps
+    if one_sided and math.isfinite(fabric.put_exchange_GBps):
+        exchange = fabric.put_exchange_GBps
     post = fabric.msg_us if post_us is None else post_us
     m = node_of.size
     t = np.asarray(start, dtype=np.float64).copy()
@@ -331,7 +336,7 @@ def _pairwise(
         j = i ^ (1 << bit)
         cross = node_of[i] != node_of[j]
         cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
-                     exchange=True)  # fmt: skip
+                     exchange=exchange)  # fmt: skip
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
         cross = node_of[hi] != node_of[lo]
@@ -424,7 +429,7 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
     t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share,
-                        width=g)  # fmt: skip
+                        width=g, one_sided=True)  # fmt: skip
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {

@@ -105,6 +105,9 @@ class Fabric:
     #: one direction of an exchange with one peer (both directions of a pair at once), in
     #: GB/s, where it is below a one-way flow's rate (inf: no such limit)
     exchange_GBps: float = math.inf
+    #: the same for one-sided puts of cells both ways at once (NVRAR's cpu inter-node
+    #: steps), in wire bytes; inf: ``exchange_GBps``
+    put_exchange_GBps: float = math.inf
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -121,7 +124,7 @@ class Fabric:
         if not 0 < _number(self, "ll8_share") <= 1:
             raise ValueError(f"fabric: ll8_share must be in (0, 1] (got {self.ll8_share!r})")
         for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps",
-                     "exchange_GBps"):  # fmt: skip
+                     "exchange_GBps", "put_exchange_GBps"):  # fmt: skip
             v = _number(self, name)
             if not v > 0 or (name == "nic_GBps" and math.isinf(v)):
                 raise ValueError(

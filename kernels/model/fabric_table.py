@@ -46,7 +46,8 @@ class FabricTable(BaseModel):
       ``fabric_flows_GBps`` (``[[flows per NIC, GB/s], ...]``: that rate by the number of
       concurrent flows each NIC carries, where it changes with them); ``exchange_GBps``
       (one direction of an exchange with one peer, both directions at once, where that is
-      below a one-way flow's rate: measured by ``commbench calibrate``).
+      below a one-way flow's rate: measured by ``commbench calibrate``) and
+      ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -74,6 +75,7 @@ class FabricTable(BaseModel):
     fabric_GBps: float | None = Field(None, gt=0)
     fabric_flows_GBps: list[list[float]] | None = None
     exchange_GBps: float | None = Field(None, gt=0)
+    put_exchange_GBps: float | None = Field(None, gt=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -107,7 +109,7 @@ class FabricTable(BaseModel):
             "stage_us": self.stage_cost_us,
         }
         optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
-                    "nccl_ll128", "fabric_GBps", "exchange_GBps")  # fmt: skip
+                    "nccl_ll128", "fabric_GBps", "exchange_GBps", "put_exchange_GBps")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)

@@ -50,6 +50,11 @@ Nothing is taken from the collectives the profile is used to predict. The points
     its own window memory until the flag shows, then puts one back; half the round trip.
     This is how NVRAR's cpu backend (:mod:`commbench.kernels.nvrar.cpu`) moves its cells
     and waits for them; ``put_us`` is what it costs above a two-sided message.
+``put-exchange``
+    every rank paired with the rank of its index on another node puts ``--bytes`` of
+    8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
+    NVRAR's cpu backend uses, and polls until it sees all of its partner's: the rate of
+    one direction of NVRAR's inter-node step, ``put_exchange_GBps`` (wire bytes).
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
@@ -333,6 +338,60 @@ def _putpong(comm, pairs: list[tuple[int, int]], reps: int, trips: int,
         win.Free()
 
 
+def _put_exchange(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int,
+                  timeout_s: float = 60.0) -> float:  # fmt: skip
+    """Seconds for every pair to put ``nbytes`` of 8-byte cells into each other's window
+    at once and see all of the partner's, the slowest pair (median over ``reps`` rounds).
+    As NVRAR's cpu backend moves a step's cells: ``Rput`` per chunk (its cpu tuning
+    table's chunk for that payload) into a passively locked window, the receiver polling
+    the last cell of each chunk for the round's flag (``Win.Sync``, yielding). Collective."""
+    from mpi4py import MPI
+
+    from commbench.kernels.nvrar.tuning import chunk_bounds, load_table
+
+    ncells = max(1, nbytes // 8)
+    chunks = chunk_bounds(ncells, load_table("cpu").lookup(4 * ncells).chunk_cells())
+    win = MPI.Win.Allocate(8 * ncells, 8, comm=comm)
+    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:ncells]
+    words[:] = 0
+    comm.Barrier()
+    win.Lock_all(MPI.MODE_NOCHECK)
+    src = np.zeros(ncells, dtype=np.uint64)
+    peer = {a: b for a, b in pairs} | {b: a for a, b in pairs}
+    peer = peer.get(comm.rank)
+    seq = [0]
+    u64 = MPI.UINT64_T
+
+    def body() -> None:
+        if peer is None:
+            return
+        seq[0] += 1
+        src[:] = seq[0]
+        pending = [win.Rput([src[a:b], u64], peer, target=(a, b - a, u64)) for a, b in chunks]
+        deadline = time.monotonic() + timeout_s
+        for _a, b in chunks:
+            while True:
+                win.Sync()
+                if int(words[b - 1]) >= seq[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"put microbenchmark: rank {comm.rank} saw no put from rank {peer} "
+                        f"in {timeout_s:g} s (one-sided MPI does not progress here)"
+                    )
+                MPI.Request.Testall(pending)
+                os.sched_yield()
+        MPI.Request.Waitall(pending)
+
+    try:
+        body()  # warm-up: connections
+        return _median_round(comm, body, reps)
+    finally:
+        comm.Barrier()
+        win.Unlock_all()
+        win.Free()
+
+
 def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     from commbench.kernels.reduce import reduce_into, storage
 
@@ -418,6 +477,8 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         busy = busy_pairs(p, g, "scaleout")
         secs = _putpong(comm, busy, reps, 20) / 2
         add("put", "scaleout", 2 * len(busy), 8, secs, reps * 20)
+        secs = _put_exchange(comm, busy, nbytes, reps)
+        add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
     dtype = opts["dtype"]
     secs = _reduce_seconds(nbytes, dtype, reps) if comm.rank == 0 else 0.0
     add("reduce", "local", 1, nbytes, comm.bcast(secs, root=0), reps)
@@ -555,6 +616,17 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
             "backend puts and polls), less the two-sided latency"
         )
+    bulk = _one(points, "put-exchange")
+    if bulk is not None:  # profiles written before the point have none
+        one_way = bulk["bytes"] / max(bulk["time_us"] - lat, 1e-3) / 1e3
+        if one_way < nic * 0.95:
+            c["put_exchange_GBps"] = one_way
+            why["put_exchange_GBps"] = (
+                f"{bulk['peers']} ranks putting {bulk['bytes']} B of 8 B cells into their "
+                f"partner's window on another node, both of a pair at once, as NVRAR's cpu "
+                f"backend does: {one_way:.4g} GB/s of cells each way, below one NIC's "
+                f"stream ({nic:.4g})"
+            )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
