@@ -569,15 +569,19 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
             "allnics point): the bytes of all over each time less one latency"
         )
-    swap = _one(points, "exchange")
-    if swap is not None:  # profiles written before the exchange point have none
-        one_way = swap["bytes"] / max(swap["time_us"] - lat, 1e-3) / 1e3
-        if one_way < nic * 0.95:
-            c["exchange_GBps"] = one_way
-            why["exchange_GBps"] = (
-                f"{swap['peers']} ranks exchanging {swap['bytes']} B with the rank of their "
-                f"index on node n ^ 1 at once, both directions of each pair together: "
-                f"{one_way:.4g} GB/s each way, below one NIC's stream ({nic:.4g})"
+    for kind, key, how in (
+        ("exchange", "exchange_GBps", "exchanging {b} B with the rank of their index on node "
+         "n ^ 1 at once, both directions of each pair together"),
+        ("put-exchange", "put_exchange_GBps", "putting {b} B of 8 B cells into their partner's "
+         "window on another node, both of a pair at once, as NVRAR's cpu backend does"),
+    ):  # fmt: skip
+        rate = _exchange_rate(_one(points, kind), lat, nic)
+        if rate is not None:  # points of a calibrate before these kinds have none
+            one_way, q = rate
+            c[key] = one_way
+            why[key] = (
+                f"{q['peers']} ranks {how.format(b=q['bytes'])}: {one_way:.4g} GB/s each way, "
+                f"below one NIC's stream ({nic:.4g})"
             )
     t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
     xs, ys = [], []
@@ -616,21 +620,19 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
             "backend puts and polls), less the two-sided latency"
         )
-    bulk = _one(points, "put-exchange")
-    if bulk is not None:  # profiles written before the point have none
-        one_way = bulk["bytes"] / max(bulk["time_us"] - lat, 1e-3) / 1e3
-        if one_way < nic * 0.95:
-            c["put_exchange_GBps"] = one_way
-            why["put_exchange_GBps"] = (
-                f"{bulk['peers']} ranks putting {bulk['bytes']} B of 8 B cells into their "
-                f"partner's window on another node, both of a pair at once, as NVRAR's cpu "
-                f"backend does: {one_way:.4g} GB/s of cells each way, below one NIC's "
-                f"stream ({nic:.4g})"
-            )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
     return {k: _round(v) for k, v in c.items()}, why
+
+
+def _exchange_rate(point: dict | None, lat: float, nic: float) -> tuple[float, dict] | None:
+    """One direction's GB/s of an exchange point (its bytes over its time less one
+    latency) and the point, where it is below one NIC's stream; else None."""
+    if point is None:
+        return None
+    one_way = point["bytes"] / max(point["time_us"] - lat, 1e-3) / 1e3
+    return (one_way, point) if one_way < nic * 0.95 else None
 
 
 def _round(v):
