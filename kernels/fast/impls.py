@@ -15,7 +15,13 @@ Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword o
 ``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
 ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
 communicators; see :mod:`commbench.kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
-(default) or ``1`` (the next call's schedule is made during this call's transfer).
+(default) or ``1`` (the next call's schedule is made during this call's transfer); for
+``fast``: ``tune`` = ``none`` (default) or ``model``: the options are chosen per traffic
+matrix by the cost model for the run's ``--system`` profile
+(:func:`commbench.kernels.model.tune.tune_fast`: rank 0 models a grid of candidate
+options, including one that keeps no stage, and every rank schedules with the fastest;
+explicit ``--param`` options are never varied). The model cannot run on every call, so
+``fast+sched`` does not take it.
 """
 
 from __future__ import annotations
@@ -122,9 +128,78 @@ class _Fast:
         return out
 
 
+#: the model-tuning candidate that keeps no stage: balancing, the balanced rail-aligned
+#: fan-out tail, its redistribution (what FAST is where the stages do not pay)
+NO_STAGES = {"tail_penalty": 1.0}
+
+
 @register("alltoallv", "fast")
 class Fast(_Fast):
     """FAST: balancing, rail-aligned BvN stages, pipelined redistribution (schedule in setup)."""
+
+    others = ("tune",)
+    PARAMS = (*_Fast.PARAMS, *others)
+
+    def __init__(self, transport, params: dict) -> None:
+        params = dict(params)
+        self.tune = str(params.pop("tune", "none"))
+        if self.tune not in ("none", "model"):
+            raise ValueError(f"{self.name}: --param tune must be none or model, got {self.tune!r}")
+        self._fixed = {k: v for k, v in params.items() if k in OPTIONS}  # never tuned
+        super().__init__(transport, params)
+        self._fabric, self._fabric_from, self._tuning = None, "", None
+
+    def tune_with(self, fabric, source: str) -> None:
+        """The cost model's fabric for ``tune=model`` (the harness's, from ``--system``)."""
+        self._fabric, self._fabric_from = fabric, source
+
+    def _synthesize(self, traffic: np.ndarray, unit: int, rank=None, posting=None):
+        if self.tune != "model":
+            return super()._synthesize(traffic, unit, rank, posting)
+        if self._fabric is None:
+            raise ValueError("fast: --param tune=model needs the run's --system profile")
+        options = self._tuned_options(traffic, unit)
+        g = self.transport.topo.gpus_per_node
+        return Scheduler(g, unit=unit, **options)(traffic, rank, posting)
+
+    def _tuned_options(self, traffic: np.ndarray, unit: int) -> dict:
+        """Rank 0 models the candidates; every rank gets the fastest's options (the
+        schedule must be the same everywhere)."""
+        from commbench.kernels.model.tune import candidate_options, tune_fast
+
+        world = self.transport.topo.world
+        tuned = None
+        if self.transport.topo.rank == 0:
+            t0 = time.perf_counter()
+            fixed = {**self._fixed, **self.fixed}
+            try:
+                cands = candidate_options(self._fabric, fixed)
+                cands.append({**cands[0], **NO_STAGES, **fixed})
+                result = tune_fast(traffic, self._fabric.gpus_per_node, self._fabric,
+                                   unit=unit, fixed=fixed, candidates=cands)  # fmt: skip
+            except ValueError as exc:  # said on every rank, not only here
+                tuned = {"error": f"fast: tuning by the model failed: {exc}"}
+            else:
+                tuned = {
+                    "by": "model",
+                    "fabric": self._fabric_from,
+                    "options": result.options,
+                    "candidates": len(result.candidates),
+                    "modelled_us": result.prediction.time_us,
+                    "default_modelled_us": result.default_time_us,
+                    "seconds": time.perf_counter() - t0,
+                }
+        tuned = world.bcast(tuned, root=0)
+        if "error" in tuned:
+            raise ValueError(tuned["error"])
+        self._tuning = tuned
+        return dict(tuned["options"])
+
+    def info(self) -> dict:
+        out = super().info()
+        if self._tuning is not None:
+            out["tuning"] = self._tuning
+        return out
 
 
 @register("alltoallv", "fast+sched", capturable=False)

@@ -25,7 +25,7 @@ from commbench.harness import collectives, metrics, results
 from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
 from commbench.harness.iterclock import IterationClock, slowest_rank_samples
-from commbench.harness.system_fabric import STAGE_COST_IMPLS, stage_cost
+from commbench.harness.system_fabric import STAGE_COST_IMPLS, profile_fabric, stage_cost
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
 from commbench.kernels import timeline
@@ -218,6 +218,11 @@ def make_config(args: argparse.Namespace) -> Config:
                                           "default (no --system profile)"}  # fmt: skip
             if stage["bytes"] is not None:
                 params["stage_cost_bytes"] = stage["bytes"]
+    if params.get("tune") == "model" and profile_fabric(named) is None:
+        raise UsageError(
+            f"--impl {spec.name} --param tune=model needs the fabric the model tunes for: "
+            "add --system NAME|PATH.toml (a shipped profile or one `commbench calibrate` wrote)"
+        )
     dtype = parse_dtype(args.datatype)
     if args.cudagraph < 0 or (args.cudagraph and args.backend == "cpu"):
         raise UsageError("-G (graph capture) needs --backend cuda and a count >= 1")
@@ -466,6 +471,9 @@ class Sweep:
         self.transport = create_transport(cfg.backend, self.topo)
         watchdog.phase(f"creating --impl {cfg.impl}")
         self.impl = lookup(cfg.collective, cfg.impl).factory(self.transport, dict(cfg.params))
+        if cfg.params.get("tune") == "model":  # the model's fabric, at this run's node size
+            table, node_gpus, path = profile_fabric(cfg.system)
+            self.impl.tune_with(table.per_gpu(node_gpus, self.topo.gpus_per_node), str(path))
         self.rank = self.topo.rank
         self.is_root = self.rank == 0
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)

@@ -40,9 +40,10 @@ def profile_file(system: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def stage_cost(system: str | None) -> dict | None:
-    """``{"bytes", "stage_cost_us", "source"}`` from ``system``'s profile, or None when
-    no system was named or it names no profile. ``UsageError`` on a bad profile file."""
+def profile_fabric(system: str | None) -> tuple | None:
+    """``(FabricTable, the profile's GPUs per node, path)`` of ``system``'s profile, or
+    None when no system was named or it names no profile. ``UsageError`` on a bad
+    profile file."""
     from commbench.kernels.model.fabric_table import FabricTable
 
     path = profile_file(system) if system else None
@@ -51,11 +52,23 @@ def stage_cost(system: str | None) -> dict | None:
     data = load_toml(path)
     try:
         table = FabricTable(**data["fabric"])
-        fabric = table.per_gpu(int(data["devices"]["gpus_per_node"]))
+        node_gpus = int(data["devices"]["gpus_per_node"])
+        table.per_gpu(node_gpus)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(
             f"--system {system}: {path} has no valid [fabric]/[devices]: {exc}"
         ) from None
+    return table, node_gpus, path
+
+
+def stage_cost(system: str | None) -> dict | None:
+    """``{"bytes", "stage_cost_us", "source"}`` from ``system``'s profile, or None when
+    no system was named or it names no profile. ``UsageError`` on a bad profile file."""
+    found = profile_fabric(system)
+    if found is None:
+        return None
+    table, node_gpus, path = found
+    fabric = table.per_gpu(node_gpus)
     return {
         "bytes": fabric.stage_cost_bytes,
         "stage_cost_us": fabric.stage_us,
