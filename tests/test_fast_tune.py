@@ -21,9 +21,10 @@ def test_tune_model_picks_options_every_rank_runs_and_keeps_explicit_ones(tmp_pa
     assert len(recs) == 2 and all(r["nwrong"] == 0 for r in recs)
     for r in recs:
         tuning = r["info"]["tuning"]
+        assert r["info"]["tuned"] is True and r["info"]["options"] == tuning["options"]
         assert tuning["by"] == "model" and tuning["fabric"].endswith("local-cluster.toml")
         assert tuning["options"]["max_stages"] == 3  # an explicit option is never varied
-        assert tuning["candidates"] >= 2 and tuning["modelled_us"] <= tuning["default_modelled_us"]
+        assert tuning["candidates"] >= 2 and tuning["best_time_us"] <= tuning["default_time_us"]
         if tuning["options"].get("tail_penalty") == NO_STAGES["tail_penalty"]:
             assert r["info"]["stages"] == 0  # the no-stage candidate: balancing + tail
 

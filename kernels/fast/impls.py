@@ -180,13 +180,14 @@ class Fast(_Fast):
             except ValueError as exc:  # said on every rank, not only here
                 tuned = {"error": f"fast: tuning by the model failed: {exc}"}
             else:
-                tuned = {
+                tuned = {  # the keys of `commbench simulate`'s info.tuning, and more
                     "by": "model",
                     "fabric": self._fabric_from,
                     "options": result.options,
                     "candidates": len(result.candidates),
-                    "modelled_us": result.prediction.time_us,
-                    "default_modelled_us": result.default_time_us,
+                    "passes": result.passes,
+                    "best_time_us": result.prediction.time_us,
+                    "default_time_us": result.default_time_us,
                     "seconds": time.perf_counter() - t0,
                 }
         tuned = world.bcast(tuned, root=0)
@@ -197,8 +198,8 @@ class Fast(_Fast):
 
     def info(self) -> dict:
         out = super().info()
-        if self._tuning is not None:
-            out["tuning"] = self._tuning
+        if self._tuning is not None:  # as `commbench simulate`'s tuned records say it
+            out.update(tuned=True, options=self._tuning["options"], tuning=self._tuning)
         return out
 
 
