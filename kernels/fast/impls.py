@@ -145,8 +145,8 @@ class Fast(_Fast):
         self.tune = str(params.pop("tune", "none"))
         if self.tune not in ("none", "model"):
             raise ValueError(f"{self.name}: --param tune must be none or model, got {self.tune!r}")
-        self._fixed = {k: v for k, v in params.items() if k in OPTIONS}  # never tuned
         super().__init__(transport, params)
+        self._fixed = {k: self.options[k] for k in params if k in OPTIONS}  # never tuned
         self._fabric, self._fabric_from, self._tuning = None, "", None
 
     def tune_with(self, fabric, source: str) -> None:
@@ -171,7 +171,7 @@ class Fast(_Fast):
         tuned = None
         if self.transport.topo.rank == 0:
             t0 = time.perf_counter()
-            fixed = {**self._fixed, **self.fixed}
+            fixed = self._fixed
             try:
                 cands = candidate_options(self._fabric, fixed)
                 cands.append({**cands[0], **NO_STAGES, **fixed})

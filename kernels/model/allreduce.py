@@ -127,7 +127,7 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
 
     def wire(b: float, concurrent: int, exchange: bool = False) -> float:
         t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b))
-        return float(max(t, b / (fabric.exchange_GBps * 1e3)) if exchange else t)
+        return float(max(t, fabric.exchange_time_us(b)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
     if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
@@ -286,7 +286,7 @@ def _link(
     wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
                       fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
     if exchange is not None:
-        wire = np.maximum(wire, nbytes / nic_share / (exchange * 1e3))
+        wire = np.maximum(wire, fabric.exchange_time_us(nbytes / nic_share, exchange))
     return post_us + np.where(
         cross,
         fabric.nic_us + wire,

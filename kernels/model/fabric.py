@@ -191,6 +191,11 @@ class Fabric:
         with ``flows_per_nic`` flows (0 when uncapped)."""
         return nbytes / (self.cap_GBps(flows_per_nic) * _BYTES_PER_US)
 
+    def exchange_time_us(self, nbytes, rate_GBps: float | None = None) -> np.ndarray | float:
+        """Time for ``nbytes`` one way of an exchange with one peer (both ways at once), at
+        ``exchange_GBps`` or ``rate_GBps``."""
+        return nbytes / ((self.exchange_GBps if rate_GBps is None else rate_GBps) * _BYTES_PER_US)
+
     def reduce_time_us(self, nbytes) -> np.ndarray | float:
         """Time to reduce ``nbytes`` of incoming data into a buffer."""
         return nbytes / (self.reduce_GBps * _BYTES_PER_US)
@@ -265,7 +270,7 @@ def exchange_time_us(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
     flow (dst -> src: an exchange with one peer), else 0."""
     key = np.asarray(src, np.int64) * p + dst
     paired = np.isin(np.asarray(dst, np.int64) * p + src, key)
-    return np.where(paired, nb / (fabric.exchange_GBps * _BYTES_PER_US), 0.0)
+    return np.where(paired, fabric.exchange_time_us(nb), 0.0)
 
 
 def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> None:

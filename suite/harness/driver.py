@@ -218,6 +218,8 @@ def make_config(args: argparse.Namespace) -> Config:
                                           "default (no --system profile)"}  # fmt: skip
             if stage["bytes"] is not None:
                 params["stage_cost_bytes"] = stage["bytes"]
+    if params.get("tune", "none") not in ("none", "model"):
+        raise UsageError(f"--param tune={params['tune']}: choose none or model")
     if params.get("tune") == "model" and profile_fabric(named) is None:
         raise UsageError(
             f"--impl {spec.name} --param tune=model needs the fabric the model tunes for: "
