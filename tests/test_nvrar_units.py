@@ -261,6 +261,18 @@ def test_doubling_schedule_sums_every_input_exactly_once(n):
         assert got == everything, f"participant {me} of {n}"
 
 
+@pytest.mark.parametrize("n", list(range(1, 18)) + [31, 32, 33, 48])
+def test_every_doubling_partner_sends_back_so_its_data_is_the_credit(n):
+    # NVRAR's cpu path sends no credits: the data a partner puts in call t-1 proves it
+    # consumed call t-2, which holds only if every rank a participant sends to also sends
+    # to it in the same call (kernels/nvrar/cpu.py's docstring)
+    for me in range(n):
+        steps = doubling_steps(n, me)
+        sends_to = {s.send_to for s in steps} - {None}
+        hears_from = {s.recv_from for s in steps} - {None}
+        assert sends_to == hears_from, f"participant {me} of {n}"
+
+
 def test_schedule_shape_for_three_nodes():
     p2 = pow2_floor(3)
     assert p2 == 2 and step_count(3) == 3 and step_count(4) == 2 and step_count(1) == 0

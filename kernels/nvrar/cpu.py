@@ -10,23 +10,24 @@ on 2 cores must not starve the sender); after ``YIELD_POLLS`` empty polls it sle
 ``poll_sleep_s`` between polls (param ``poll_sleep_us``, 0 = only yield), since on an
 oversubscribed machine a yield alone hands the core back to the poller too often.
 
-Credits: before sending in call t a rank waits until each receiver of its data has set the
-step's credit word (in the sender's window) to t-2 or later, i.e. finished consuming call
-t-2; receivers set it at the end of their call. Receive and send regions come in two sets,
-used by odd and even calls (the sequence flag still tells calls apart), so a region is never
-overwritten while read. The paper's credit is for call t-1 with one set: on the CPU over TCP
-that made each call wait for every partner's whole previous call plus one more message (the
-credit), which back-to-back calls pay as a fourth hop on top of recursive doubling's three;
-with two sets the credit a call needs was sent a whole call earlier.
+No credit messages. Receive (and send) regions come in two sets, used by odd and even
+calls (the sequence flag still tells calls apart): call t overwrites what call t-2 wrote,
+so before sending in call t a rank must know that its receiver has consumed call t-2. In
+this schedule every partner a rank sends to also sends to it (exchange steps pair up; a
+fold-in sender gets the fold-out back), and a partner puts its call t-1 data only after
+it finished its whole call t-2: the data a rank received in call t-1 is its credit for
+call t. The paper sends an explicit credit per step for call t-1 with one set of regions
+(kept on the GPU path); on the CPU over TCP each credit is one more put and its
+acknowledgement through both ranks' progress engines (``run --timeline``: credit waits of
+0.25-0.9 ms a call on 8 single-rank nodes, where a message costs ~0.15 ms).
+``tests/test_nvrar_units.py`` checks that every schedule has the property.
 
-No flush inside a call, as on the GPU (where the credit is what proves that earlier puts
-landed, so there is no quiet): a step's puts are started and the rank goes on to its own
-receive. Over TCP a ``Flush`` after every step cost a round trip to the target's progress
-engine (``run --timeline``: 1-5 ms of "post" per step on 8 loaded single-rank nodes, where a
-message costs ~0.2 ms). MPI still wants every RMA operation completed by a synchronisation
-call before its origin buffer is reused, so each call begins, once its credits are in (all
-of the previous call's data has then been read), with one ``Flush_all``: it completes the
-previous call's puts and credits, which by then have landed, without waiting on anyone.
+No flush inside a call, as on the GPU: a step's puts are started and the rank goes on to
+its own receive. Over TCP a ``Flush`` after every step cost a round trip to the target's
+progress engine (``run --timeline``: 1-5 ms of "post" per step on 8 loaded single-rank
+nodes). MPI still wants every RMA operation completed by a synchronisation call before
+its origin buffer is reused, so each call begins by completing call t-2's puts, which
+have landed by then (call t-1's data says so) and are usually already tested complete.
 What the CPU transport cannot express: an MPI ``Put`` over TCP is an active message that
 lands when the target's MPI progress engine runs (here inside its polling loop's MPI
 calls), not by itself as an NVSHMEM put does; and its completion must be asked for, so a
@@ -50,8 +51,7 @@ from commbench.kernels.nvrar.tuning import Tuning, chunk_bounds
 from commbench.kernels.reduce import reduce_into, storage
 
 #: Receive (and send) regions alternate between calls: call t overwrites what call t-2
-#: wrote, so its credit (t-2 consumed) is long in when it starts and calls back to back
-#: do not wait on each other's last step (see the module docstring).
+#: wrote, and the partner's call t-1 data proves it was read (see the module docstring).
 PARITIES = 2
 #: Polls that only yield before a waiting receiver starts sleeping between polls.
 YIELD_POLLS = 20
@@ -62,7 +62,6 @@ class _Window:
     win: object  # mpi4py.MPI.Win
     words: np.ndarray  # the window memory as uint64
     send: np.ndarray  # local send cells, one region per step
-    credit_src: np.ndarray  # origin buffers of credit puts, one per step
     layout: cells.RailLayout
     seq: int = 0
     #: per call parity, the requests of its puts not yet known to be complete (``Rput``)
@@ -123,7 +122,6 @@ class MpiRail:
             win=win,
             words=words,
             send=np.zeros(layout.send_words, dtype=np.uint64),
-            credit_src=np.zeros(max(layout.nsteps, 1), dtype=np.uint64),
             layout=layout,
         )
         self._windows[ncells] = w
@@ -163,28 +161,14 @@ class MpiRail:
         u64 = MPI.UINT64_T
 
         tl = timeline.active()
-        for step in self.steps:  # credits: every receiver of ours has consumed call t-2,
-            if step.send_to is not None:  # the last one to use the regions of this parity
-                slot = step.index
-                self._wait(
-                    w,
-                    lambda slot=slot: int(w.words[slot]) >= t - PARITIES,
-                    step,
-                    step.send_to,
-                    "credit",
-                    t,
-                )
-                if tl:
-                    tl.mark("wait", step.index)
         pending = w.pending[parity]
         if pending:  # call t-2's puts: complete before their origin buffers are reused
-            MPI.Request.Waitall(pending)  # (landed long ago: the credits say so)
+            MPI.Request.Waitall(pending)  # (landed: call t-1's data says so)
             pending.clear()
             if tl:
                 tl.mark("wait")
 
         acc = src
-        received: list[Step] = []
         for step in self.steps:
             if step.send_to is not None:
                 region = self._region(step, parity)
@@ -216,21 +200,11 @@ class MpiRail:
                     if tl:
                         tl.mark("reduce" if step.combine == "reduce" else "copy", step.index)
                 acc = dst
-                received.append(step)
         if acc is not dst:  # a single node: nothing to exchange
             dst[...] = src
 
-        for step in received:  # credits: we are done with call t's regions
-            i = self._region(step, parity)
-            w.credit_src[i] = t
-            slot = w.credit_src[i : i + 1]
-            pending.append(win.Rput([slot, u64], step.recv_from, target=(step.index, 1, u64)))
-        if tl:
-            tl.mark("post")  # the credits
-
     def _region(self, step: Step, parity: int) -> int:
-        """Index of ``step``'s send / receive region (and credit origin word) in calls of
-        this parity."""
+        """Index of ``step``'s send / receive region in calls of this parity."""
         return step.index + parity * len(self.steps)
 
     def _wait(
