@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -10,6 +15,7 @@ from hypothesis import strategies as st
 from commbench.cli import main
 from commbench.cluster import netns
 from commbench.cluster.plan import (
+    TCP_BTL_FLAGS,
     ClusterSpec,
     burst_bytes,
     loss_script,
@@ -17,6 +23,7 @@ from commbench.cluster.plan import (
     node_qdisc_commands,
     parse_rate,
     port_qdisc_command,
+    rank_wrapper_script,
 )
 from commbench.cluster.profiles import load_emulated_profile, profile_names
 from commbench.errors import UsageError
@@ -126,6 +133,35 @@ def test_launch_line_uses_the_management_network_and_fills_nodes_in_order():
     assert line[-3:] == ["/s/rank-wrapper", "python", "x.py"]
     with pytest.raises(UsageError, match="does not fit"):
         mpirun_command(spec, "mpirun", "w", ["x"], np=7)
+
+
+def test_the_rank_wrapper_picks_the_nic_and_drops_the_tcp_put_unless_told(tmp_path):
+    spec = ClusterSpec(prefix="cb", nodes=2, ranks_per_node=2, nic_mbit=400.0)
+    wrapper = tmp_path / "rank-wrapper"
+    wrapper.write_text(rank_wrapper_script(spec, "/s/cluster.json"))
+    base = {"PATH": os.environ["PATH"], "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+
+    def rank_env(**extra: str) -> dict[str, str]:
+        out = subprocess.run(["sh", str(wrapper), "env"], env={**base, **extra},
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return dict(line.split("=", 1) for line in out.splitlines())
+
+    env = rank_env()
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "cbnic1"
+    assert env["OMPI_MCA_btl_tcp_flags"] == TCP_BTL_FLAGS
+    assert rank_env(OMPI_MCA_btl_tcp_flags="send")["OMPI_MCA_btl_tcp_flags"] == "send"
+
+
+def test_the_clusters_tcp_flags_are_open_mpis_defaults_less_put():
+    ompi_info = Path(sys.executable).with_name("ompi_info")
+    if not ompi_info.exists():
+        pytest.skip("no ompi_info next to this Python (the MPI wheel's)")
+    out = subprocess.run([str(ompi_info), "--param", "btl", "tcp", "--level", "9", "--parsable"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    line = next(x for x in out.splitlines() if ":btl_tcp_flags:value:" in x)
+    default = line.rsplit(":", 1)[1].strip('"').split(",")
+    assert "put" in default
+    assert TCP_BTL_FLAGS.split(",") == [f for f in default if f != "put"]
 
 
 def test_every_emulated_profile_loads_and_scales_from_shared_memory():
