@@ -113,8 +113,8 @@ class Transport(Protocol):
         ``recv`` (``send`` may be ``recv``)."""
         ...
 
-    def barrier(self) -> None:
-        """Host barrier over the world group."""
+    def barrier(self, group: Group = "world") -> None:
+        """Host barrier over ``group``."""
         ...
 
     def synchronize(self) -> None:

@@ -107,10 +107,11 @@ def test_schedule_options_parsing():
     ) == (
         {"max_stages": None, "quantum": 64},
         "world",
+        None,
     )
-    assert schedule_options("x", {"groups": "split"}, ()) == ({}, "split")
+    assert schedule_options("x", {"groups": "split", "sync": "none"}, ()) == ({}, "split", "none")
     with pytest.raises(
-        ValueError, match="balance-only: unknown --param 'strategy' \\(known: groups\\)"
+        ValueError, match="balance-only: unknown --param 'strategy' \\(known: groups, sync\\)"
     ):
         schedule_options("balance-only", {"strategy": "bvn"}, ())
 

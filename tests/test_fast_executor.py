@@ -5,6 +5,8 @@ the plan checks and the cross-rank agreement. The MPI runs are in
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -227,6 +229,49 @@ def test_split_groups_post_node_and_rail_separately():
 def test_unknown_grouping_is_refused():
     with pytest.raises(ValueError, match="groups must be one of world, split"):
         PlanExecutor(None, "both")
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_stages_run_as_rounds_of_the_rail_on_cpu(once):
+    """``sync="rail"`` (cpu's default): one rail barrier before every rail step after the
+    first, as many on every rank whichever of its steps are empty (a skewed matrix leaves
+    some empty); ``sync="none"`` holds none. Both move the bytes of an all-to-allv."""
+    d = np.random.default_rng(12).integers(0, 3000, (8, 8))
+    d[0, 4:] = 0  # rank 0 sends nothing off its server: empty rail steps on some ranks
+    sched = schedule(d, 2)
+    send = random_sendbufs(d, seed=6)
+
+    def rank(t):
+        r = t.topo.rank
+        out = []
+        for sync in ("rail", "none"):
+            ex = PlanExecutor(t, sync=None if sync == "rail" else sync)
+            recv = np.zeros(int(d[:, r].sum()), np.uint8)
+            ex.bind(sched.plan(r), send[r], recv, once=once)
+            before = t.barriers.get("rail", 0)
+            ex.run()
+            out.append((ex.sync, recv, t.barriers.get("rail", 0) - before, ex.nsteps))
+        return out
+
+    want = alltoallv(d, send)
+    nsteps = sched.plan(0).nsteps
+    results = run_ranks(8, 2, rank)
+    assert len({bound for out in results for *_, bound in out}) > 1  # some steps are empty
+    for r, out in enumerate(results):
+        (sync, got, meets, _), (none, got_none, meets_none, _) = out
+        np.testing.assert_array_equal(got, want[r])
+        np.testing.assert_array_equal(got_none, want[r])
+        assert (sync, meets, none, meets_none) == ("rail", nsteps - 3, "none", 0)
+
+
+def test_rail_sync_is_cpu_only_and_checked():
+    topo = SimpleNamespace(node=0, gpus_per_node=2, local=0)
+    gpu = SimpleNamespace(name="cuda", topo=topo)
+    assert PlanExecutor(gpu).sync == "none"
+    with pytest.raises(ValueError, match="sync=rail is for the cpu backend"):
+        PlanExecutor(gpu, sync="rail")
+    with pytest.raises(ValueError, match="sync must be one of rail, none"):
+        PlanExecutor(SimpleNamespace(name="cpu", topo=topo), sync="node")
 
 
 # ---------------------------------------------------------------- plan checks

@@ -44,12 +44,28 @@ class _World:
         self.size = size
         self.slots: list = [None] * size
         self.barrier = threading.Barrier(size, timeout=TIMEOUT_S)
+        self._lock = threading.Lock()
+        self.group_barriers: dict[tuple, threading.Barrier] = {}
         self.boxes = {
             (g, s, d): queue.Queue()
             for g in ("world", "node", "rail")
             for s in range(size)
             for d in range(size)
         }
+
+    def group_barrier(self, key: tuple, parties: int) -> threading.Barrier:
+        """The barrier of one node or rail (``key``), made by its first caller."""
+        with self._lock:
+            found = self.group_barriers.get(key)
+            if found is None:
+                found = self.group_barriers[key] = threading.Barrier(parties, timeout=TIMEOUT_S)
+            return found
+
+    def abort(self) -> None:
+        self.barrier.abort()
+        with self._lock:
+            for b in self.group_barriers.values():
+                b.abort()
 
 
 @dataclass
@@ -93,6 +109,7 @@ class ThreadTransport:
         self.topo = FakeTopo(rank, world.size, world.size // g, g, rank // g, rank % g,
                              ThreadComm(world, rank))  # fmt: skip
         self.posted = 0
+        self.barriers: dict[str, int] = {}
 
     def empty(self, count: int, dtype) -> np.ndarray:
         return np.empty(count, dtype=dtype)
@@ -114,6 +131,17 @@ class ThreadTransport:
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
 
+    def barrier(self, group: str = "world") -> None:
+        """A barrier of ``group``; ``barriers`` counts them per group."""
+        topo = self.topo
+        self.barriers[group] = self.barriers.get(group, 0) + 1
+        if group == "world":
+            self._world.barrier.wait()
+        elif group == "node":
+            self._world.group_barrier(("node", topo.node), topo.gpus_per_node).wait()
+        else:
+            self._world.group_barrier(("rail", topo.local), topo.nodes).wait()
+
     def synchronize(self) -> None:
         """Nothing is queued."""
 
@@ -130,7 +158,7 @@ def run_ranks(nranks: int, gpus_per_node: int, fn) -> list:
             results[rank] = fn(ThreadTransport(world, rank, gpus_per_node))
         except BaseException as exc:  # reported to the caller below
             errors[rank] = exc
-            world.barrier.abort()
+            world.abort()
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(nranks)]
     for th in threads:

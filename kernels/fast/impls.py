@@ -14,7 +14,9 @@ Options (``--param KEY=VALUE``) for ``fast`` and ``fast+sched``: every keyword o
 :class:`commbench.kernels.fast.Scheduler` but ``unit`` (``strategy``, ``quantum``, ``max_stages``,
 ``stage_cost_bytes``, ``tail_penalty``, ...; ``none`` means None); for all three:
 ``groups`` = ``world`` (one group per step, default) or ``split`` (node and rail
-communicators; see :mod:`commbench.kernels.fast.executor`); for ``fast+sched``: ``ahead`` = ``0``
+communicators; see :mod:`commbench.kernels.fast.executor`); ``sync`` = ``rail`` (a barrier of
+the rail before each stage after the first: stages run as rounds; the cpu default) or
+``none`` (the GPU backends' default and only choice); for ``fast+sched``: ``ahead`` = ``0``
 (default) or ``1`` (the next call's schedule is made during this call's transfer); for
 ``fast``: ``tune`` = ``none`` (default) or ``model``: the options are chosen per traffic
 matrix by the cost model for the run's ``--system`` profile
@@ -42,19 +44,21 @@ _NONE = ("none", "None")
 def schedule_options(
     name: str, params: dict, allowed: tuple[str, ...], others: tuple[str, ...] = ()
 ) -> tuple[dict, str]:
-    """``(scheduler options, groups)`` from ``--param`` values; ``ValueError`` naming an
-    unknown key. Values are checked by the scheduler itself. ``others``: keys the caller
-    takes out first (only named in the message)."""
+    """``(scheduler options, groups, sync)`` from ``--param`` values (sync None: the
+    executor's default); ``ValueError`` naming an unknown key. Values are checked by the
+    scheduler and the executor. ``others``: keys the caller takes out first (only named
+    in the message)."""
     opts = dict(params)
     groups = str(opts.pop("groups", "world"))
+    sync = opts.pop("sync", None)
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
-        known = ", ".join((*allowed, *others, "groups"))
+        known = ", ".join((*allowed, *others, "groups", "sync"))
         raise ValueError(f"{name}: unknown --param {unknown[0]!r} (known: {known})")
     for key, value in opts.items():
         if value in _NONE:
             opts[key] = None
-    return opts, groups
+    return opts, groups, None if sync is None else str(sync)
 
 
 class _Fast:
@@ -63,14 +67,14 @@ class _Fast:
     name = "fast"
     allowed: tuple[str, ...] = tuple(OPTIONS)
     others: tuple[str, ...] = ()  # the subclass's own --param keys, taken out before
-    PARAMS = (*OPTIONS, "groups")
+    PARAMS = (*OPTIONS, "groups", "sync")
     fixed: dict = {}
 
     def __init__(self, transport, params: dict) -> None:
-        opts, groups = schedule_options(self.name, params, self.allowed, self.others)
+        opts, groups, sync = schedule_options(self.name, params, self.allowed, self.others)
         self.options = {**opts, **self.fixed}
         self.transport = transport
-        self.executor = PlanExecutor(transport, groups)
+        self.executor = PlanExecutor(transport, groups, sync)
         topo = transport.topo
         if topo.rank == 0:  # one rank compiles a stale numba cache, the others then load it
             warmup()
@@ -120,6 +124,7 @@ class _Fast:
             numba_load_s=compile_seconds(),
             steps=self.executor.nsteps,
             groups=self.executor.groups,
+            sync=self.executor.sync,
             extra_mem_fraction=mem["fraction"],
             extra_mem_max_rank_fraction=mem["max_rank_fraction"],
             extra_bytes_max_rank=mem["max_rank_bytes"],
@@ -282,5 +287,5 @@ class BalanceOnly(_Fast):
 
     name = "balance-only"
     allowed = ()
-    PARAMS = ("groups",)
+    PARAMS = ("groups", "sync")
     fixed = {"max_stages": 0, "balance": "prologue"}

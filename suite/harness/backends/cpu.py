@@ -143,8 +143,8 @@ class CpuTransport:
             [recv.view(np.uint8), (recvcounts, rdispls), MPI.BYTE],
         )
 
-    def barrier(self) -> None:
-        self.topo.world.Barrier()
+    def barrier(self, group: str = "world") -> None:
+        self.topo.group(group).Barrier()
 
     def synchronize(self) -> None:
         """Nothing is queued on a CPU."""

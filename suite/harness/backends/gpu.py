@@ -195,8 +195,9 @@ class GpuTransport:
             send.data.ptr, recv.data.ptr, recv.nbytes, self._nccl.NCCL_UINT8, root, self.stream.ptr
         )
 
-    def barrier(self) -> None:
-        self.topo.world.Barrier()
+    def barrier(self, group: str = "world") -> None:
+        """Host barrier over ``group`` (nothing queued on the stream is waited for)."""
+        self.topo.group(group).Barrier()
 
     def synchronize(self) -> None:
         self.stream.synchronize()
