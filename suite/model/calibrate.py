@@ -31,9 +31,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank exchanges ``--bytes`` with the rank of its index on node ``n ^ 1`` at once
     (both directions of one pair at the same time, as recursive doubling's and
     Rabenseifner's steps and a FAST stage whose permutation swaps two servers do): the
-    rate one direction of such an exchange reaches, ``exchange_GBps``. Over MPI's TCP
-    transport both directions share one connection per pair; on the emulated cluster
-    this runs at ~60 % of a one-way stream's rate.
+    rate one direction of such an exchange reaches, ``exchange_GBps``. Over Open MPI's TCP
+    transport with its emulated RDMA put (its default) this ran at ~50-60 % of a one-way
+    stream's rate on the emulated cluster; without it (the cluster's rank wrapper's
+    flags) at a stream's rate, and the constant is then left out.
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
