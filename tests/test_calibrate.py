@@ -103,6 +103,13 @@ def test_fit_recovers_the_constants_it_was_given():
     # an exchange as fast as a one-way stream: no limit of its own
     c, _ = cal.fit(points(exchange=0.0125), gpus_per_node=2, nranks=4)
     assert "exchange_GBps" not in c
+    # ... nor one as fast as a one-way stream gets with every rank streaming (allnics:
+    # the fabric cap's share), though below a lone stream
+    c, _ = cal.fit(points(cap=0.04, exchange=0.0098), gpus_per_node=2, nranks=4)
+    assert c["fabric_GBps"] == pytest.approx(0.04, rel=1e-3) and "exchange_GBps" not in c
+    c, why = cal.fit(points(cap=0.04, exchange=0.008), gpus_per_node=2, nranks=4)
+    assert c["exchange_GBps"] == pytest.approx(0.008, rel=1e-3)
+    assert "allnics" in why["exchange_GBps"]
     c, why = cal.fit(points(put_exchange=0.01), gpus_per_node=2, nranks=4)
     assert c["put_exchange_GBps"] == pytest.approx(0.01, rel=1e-3)
     assert "NVRAR" in why["put_exchange_GBps"]

@@ -31,7 +31,8 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank exchanges ``--bytes`` with the rank of its index on node ``n ^ 1`` at once
     (both directions of one pair at the same time, as recursive doubling's and
     Rabenseifner's steps and a FAST stage whose permutation swaps two servers do): the
-    rate one direction of such an exchange reaches, ``exchange_GBps``. Over Open MPI's TCP
+    rate one direction of such an exchange reaches, ``exchange_GBps`` (kept where below
+    what each rank's one-way stream reached in ``allnics``). Over Open MPI's TCP
     transport with its emulated RDMA put (its default) this ran at ~50-60 % of a one-way
     stream's rate on the emulated cluster; without it (the cluster's rank wrapper's
     flags) at a stream's rate, and the constant is then left out.
@@ -570,19 +571,22 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
             "allnics point): the bytes of all over each time less one latency"
         )
-    for kind, key, how in (
-        ("exchange", "exchange_GBps", "exchanging {b} B with the rank of their index on node "
-         "n ^ 1 at once, both directions of each pair together"),
-        ("put-exchange", "put_exchange_GBps", "putting {b} B of 8 B cells into their partner's "
-         "window on another node, both of a pair at once, as NVRAR's cpu backend does"),
+    busy = min(nic, agg / nranks)  # one rank's one-way stream with every rank streaming
+    for kind, key, ref, than, how in (
+        ("exchange", "exchange_GBps", busy, "a one-way stream with every rank streaming "
+         "(allnics)", "exchanging {b} B with the rank of their index on node n ^ 1 at once, "
+         "both directions of each pair together"),
+        ("put-exchange", "put_exchange_GBps", nic, "one NIC's stream", "putting {b} B of 8 B "
+         "cells into their partner's window on another node, both of a pair at once, as "
+         "NVRAR's cpu backend does"),
     ):  # fmt: skip
-        rate = _exchange_rate(_one(points, kind), lat, nic)
+        rate = _exchange_rate(_one(points, kind), lat, ref)
         if rate is not None:  # points of a calibrate before these kinds have none
             one_way, q = rate
             c[key] = one_way
             why[key] = (
                 f"{q['peers']} ranks {how.format(b=q['bytes'])}: {one_way:.4g} GB/s each way, "
-                f"below one NIC's stream ({nic:.4g})"
+                f"below {than} ({ref:.4g})"
             )
     t1 = next(q for q in points if q["kind"] == "incast" and q["peers"] == 1)["time_us"]
     xs, ys = [], []
@@ -627,13 +631,14 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     return {k: _round(v) for k, v in c.items()}, why
 
 
-def _exchange_rate(point: dict | None, lat: float, nic: float) -> tuple[float, dict] | None:
+def _exchange_rate(point: dict | None, lat: float, ref: float) -> tuple[float, dict] | None:
     """One direction's GB/s of an exchange point (its bytes over its time less one
-    latency) and the point, where it is below one NIC's stream; else None."""
+    latency) and the point, where it is below ``ref`` (what a one-way flow reaches); else
+    None: the exchange has no limit of its own."""
     if point is None:
         return None
     one_way = point["bytes"] / max(point["time_us"] - lat, 1e-3) / 1e3
-    return (one_way, point) if one_way < nic * 0.95 else None
+    return (one_way, point) if one_way < ref * 0.95 else None
 
 
 def _round(v):
