@@ -250,20 +250,26 @@ class PlanExecutor:
             cols, bounds = _bind_order()(rows, plan.nsteps, world, node_base,
                                          t.topo.gpus_per_node, local)  # fmt: skip
         self._cols, self._bounds = cols, bounds.tolist()
-        self._syncs = self._rounds(plan)
+        self._syncs = self._rounds(plan, bounds)
         self._steps = [] if once else [self._bind_step(i) for i in range(len(self._bounds))]
 
-    def _rounds(self, plan: P.RankPlan) -> list[int]:
+    def _rounds(self, plan: P.RankPlan, bounds: np.ndarray) -> list[int]:
         """Rail barriers to hold before each bound (non-empty) step and, last, after them:
         one before every rail step after the first (plan steps 2 .. nsteps - 2), the same
-        count on every rank of a rail whichever of its steps are empty."""
-        nbound = len(self._bounds)
+        count on every rank of a rail whichever of its steps are empty. A bound step's
+        first op (``bounds[:, 0]``) is also its first in the plan's step-sorted ops, which
+        names its plan step; a few us per bind (``fast+sched`` binds every call)."""
+        nbound = len(bounds)
+        out = [0] * (nbound + 1)
         if self.sync != "rail" or plan.nsteps < 4:
-            return [0] * (nbound + 1)
-        steps = np.asarray(plan.ops["step"])
-        present = np.flatnonzero(np.bincount(steps, minlength=plan.nsteps))
-        before = np.searchsorted(present, np.arange(2, plan.nsteps - 1))
-        return np.bincount(before, minlength=nbound + 1).tolist()
+            return out
+        present = plan.ops["step"][bounds[:, 0]].tolist()
+        j = 0
+        for step in range(2, plan.nsteps - 1):
+            while j < nbound and present[j] < step:
+                j += 1
+            out[j] += 1
+        return out
 
     def _ranges(self, i: int) -> tuple[tuple, tuple]:
         """Step ``i``: its posts, ``(group, sends, recvs)`` with the messages as byte ranges
