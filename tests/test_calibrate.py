@@ -17,7 +17,7 @@ from commbench.jobs.profile import load_system, parse_profile
 from commbench.kernels.model import Fabric
 from commbench.kernels.model import allreduce as ar_model
 from commbench.kernels.model import alltoallv as a2a_model
-from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS
+from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS, FabricTable
 from commbench.model import calibrate as cal
 from commbench.model.simulate import fabric_from_profile
 from tests.mpirun import run_mpi
@@ -38,6 +38,7 @@ def points(
     flows=None,
     exchange=None,
     put_exchange=None,
+    burst=None,
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
@@ -53,7 +54,7 @@ def points(
         q("stream", "scaleup", 1, s, 2 * 5.0 + s / 2e3),  # 2 GB/s
         q("pingpong", "scaleout", 1, 8, lat / 2),
         q("pingpong-all", "scaleout", p, 8, lat),
-        q("stream", "scaleout", 1, s, lat + s / (nic * 1e3)),
+        q("stream", "scaleout", 1, s, lat + max(s - (burst or 0), 0) / (nic * 1e3)),
         q("allnics", "scaleout", p, s, lat + allnics),
     ]
     t1 = 65536 / (nic * 1e3)
@@ -67,6 +68,9 @@ def points(
         out.append(q("exchange", "scaleout", p, s, lat + s / (exchange * 1e3)))
     if put_exchange is not None:  # cells put both ways at once at `put_exchange` GB/s
         out.append(q("put-exchange", "scaleout", p, s, lat + s / (put_exchange * 1e3)))
+    if burst is not None:  # a token bucket of `burst` bytes, full after the idle
+        out += [q("burst", "scaleout", 1, b, lat + max(b - burst, 0) / (nic * 1e3))
+                for b in cal.burst_sizes(s)]  # fmt: skip
     for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
         out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
@@ -113,6 +117,24 @@ def test_fit_recovers_the_constants_it_was_given():
     c, why = cal.fit(points(put_exchange=0.01), gpus_per_node=2, nranks=4)
     assert c["put_exchange_GBps"] == pytest.approx(0.01, rel=1e-3)
     assert "NVRAR" in why["put_exchange_GBps"]
+
+
+def test_a_token_bucket_shows_as_free_bytes_at_both_burst_sizes():
+    c, why = cal.fit(points(burst=15000), gpus_per_node=2, nranks=4)
+    assert c["scaleout_burst_bytes"] == pytest.approx(15000, rel=1e-3)
+    assert "65536, 262144" in why["scaleout_burst_bytes"]
+    assert "scaleout_burst_bytes" not in cal.fit(points(), 2, 4)[0]  # no burst points
+    # a NIC that sends every byte at its rate: no bucket
+    assert "scaleout_burst_bytes" not in cal.fit(points(burst=0), 2, 4)[0]
+    # a bucket deeper than the smaller message: the sizes disagree, nothing is claimed
+    assert "scaleout_burst_bytes" not in cal.fit(points(burst=100_000), 2, 4)[0]
+    # the profile carries it to the model, per NIC
+    table = FabricTable(scaleup="x", scaleup_GBps=1.0, scaleup_peer_GBps=1.0,
+                        scaleup_latency_us=1.0, scaleout="y", scaleout_GBps=0.0125,
+                        scaleout_latency_us=100.0, nics_per_node=2, stage_cost_us=0.0,
+                        scaleout_burst_bytes=15000.0)  # fmt: skip
+    assert table.per_gpu(2).nic_burst_bytes == 15000.0
+    assert table.per_gpu(4).nic_burst_bytes == 7500.0  # two NICs shared by four GPUs
 
 
 def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tmp_path):
@@ -177,7 +199,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "flows", "exchange", "put-exchange", "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "exchange", "put-exchange", "burst", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
@@ -335,7 +357,7 @@ def test_mpi_models_follow_open_mpi_tuned_choices():
     one = f.with_(gpus_per_node=1)  # one rank per node: HAN hands over to tuned
     pred = ar_model.predict("mpi", 1 << 20, 4, one)
     assert pred.info["algo"] == "rabenseifner"
-    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, one).time_us
+    assert pred.time_us == ar_model.rabenseifner(1 << 20, 4, one, nearest_first=True).time_us
 
 
 def test_mpi_allreduce_with_several_ranks_per_node_is_han():

@@ -318,6 +318,41 @@ def test_flat_recursive_doubling_uses_scaleup_for_near_partners():
     assert pred.time_us == pytest.approx(STAGE + 2 * intra + inter)
 
 
+def test_rabenseifner_crosses_nodes_in_the_implementation_s_order():
+    # 4 x 2: this suite's rabenseifner halves with r ^ 4 first (n/2, across nodes), then
+    # r ^ 2 (n/4, across), r ^ 1 (n/8, inside); the all-gather mirrors it. Open MPI's
+    # (under ``mpi``) starts with r ^ 1, so only n/4 and n/8 cross.
+    from commbench.analysis.tiers import allreduce_hops
+
+    n, g, nodes = 1 << 20, 2, 4
+    f = fab(g, scaleup_GBps=math.inf, scaleup_us=0.0, nic_us=0.0, stage_us=0.0)
+    ours = ar.rabenseifner(n, nodes, f)
+    assert ours.time_us == pytest.approx(2 * us(n / 2 + n / 4, NIC))
+    hops, _ = allreduce_hops(n, g * nodes, g, "rabenseifner")  # the implementation's bytes
+    node = np.arange(g * nodes) // g
+    assert ours.time_us == pytest.approx(us(hops[0][node != node[0]].sum(), NIC))
+    ompi = ar.rabenseifner(n, nodes, f, nearest_first=True)
+    assert ompi.time_us == pytest.approx(2 * us(n / 4 + n / 8, NIC))
+    assert ar.mpi(n, nodes, f.with_(gpus_per_node=1)).info["algo"] == "rabenseifner"
+
+
+def test_a_token_bucket_frees_each_nic_s_first_bytes_and_refills_at_its_rate():
+    f = fab(1, nic_GBps=0.0125, nic_us=100.0)  # 100 Mbit/s: 12.5 B/us, 1250 B per latency
+    shaped = f.with_(nic_burst_bytes=15000.0)
+    # three steps of 4 KiB: the full bucket (15 KB, +1250 B a step) covers every byte
+    assert ar.recursive_doubling(4096, 8, shaped).time_us == pytest.approx(STAGE + 3 * 100.0)
+    plain = ar.recursive_doubling(4096, 8, f).time_us
+    assert plain == pytest.approx(STAGE + 3 * (100.0 + 4096 / 12.5))
+    # 1 MiB: the first step gets the bucket, the next two what refills in their latency
+    n = 1 << 20
+    saved = ar.recursive_doubling(n, 8, f).time_us - ar.recursive_doubling(n, 8, shaped).time_us
+    assert saved == pytest.approx((15000 + 2 * 1250) / 12.5)
+    # a ring's 14 steps of n/8: the same refill per step
+    saved = ar.ring(n, 8, f).time_us - ar.ring(n, 8, shaped).time_us
+    assert saved == pytest.approx((15000 + 13 * 1250) / 12.5)
+    assert ar.ring(4096, 8, shaped).time_us < ar.ring(4096, 8, f).time_us
+
+
 def test_nvrar_hierarchical_closed_form():
     n, g, nodes = 1 << 20, 4, 4
     f = fab(g)

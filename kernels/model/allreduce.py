@@ -14,8 +14,9 @@ puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of th
   count first folds the extra ranks into a power-of-two subset and returns the result to
   them at the end (one extra step each way).
 * ``rabenseifner`` (flat): reduce-scatter by recursive halving (step k exchanges
-  n / 2^(k+1) with r XOR 2^k, nearest partner first) and all-gather by recursive doubling
-  back; same fold for non-powers of two.
+  n / 2^(k+1) with r XOR P/2^(k+1), farthest partner first, as this suite's
+  implementation does; Open MPI's, under ``mpi``, starts with the nearest) and
+  all-gather by recursive doubling back; same fold for non-powers of two.
 * ``nvrar``: intra-node reduce-scatter (the faster of a ring and a direct exchange to all
   peers at once), recursive doubling on n/g bytes between same-index GPUs of different
   nodes — one-sided puts of LL8 cells, each step paying the transport's ``put_us`` and
@@ -84,7 +85,10 @@ def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
         pred = han(n, nodes, fabric)
         return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, pred.info)
     algo = ompi_allreduce_algorithm(p, n)
-    pred = predict(algo, n, nodes, fabric)
+    if algo == "rabenseifner":
+        pred = rabenseifner(n, nodes, fabric, nearest_first=True)
+    else:
+        pred = predict(algo, n, nodes, fabric)
     return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
@@ -115,6 +119,13 @@ def _ceil_log2(m: int) -> int:
     return (m - 1).bit_length()
 
 
+def _han_free_bytes(fabric: Fabric) -> float:
+    """Bytes of each of HAN's inter-node messages that a NIC's token bucket passes at
+    once: what refills while the message is posted and its latency runs (HAN's pipeline
+    keeps the leaders' NICs busy, so the bucket is not assumed full)."""
+    return float(fabric.drain_bucket(0.0, fabric.msg_us + fabric.nic_us, math.inf)[0])
+
+
 def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
     """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
     level): ``(algorithm, latency part, wire-and-reduce part)`` of the root's path.
@@ -124,8 +135,10 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
     nodes > 4 or under 64 KiB; else a chain of 8 KiB segments.
     """
     post, alpha = fabric.msg_us, fabric.nic_us
+    free = _han_free_bytes(fabric)
 
     def wire(b: float, concurrent: int, exchange: bool = False) -> float:
+        b = max(b - free, 0.0)
         t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b))
         return float(max(t, fabric.exchange_time_us(b)) if exchange else t)
 
@@ -161,15 +174,18 @@ def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, floa
     to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
     segments. Returns ``(algorithm, latency part, wire part)``."""
     post, alpha = fabric.msg_us, fabric.nic_us
+    free = _han_free_bytes(fabric)
     if nodes <= 4:  # the root's NIC carries every copy
         lat = (nodes - 1) * post + alpha
-        return "linear", lat, float(fabric.nic_time_us((nodes - 1) * s))
+        return "linear", lat, float(fabric.nic_time_us(max((nodes - 1) * (s - free), 0.0)))
     if s < 65536:
         steps = _ceil_log2(nodes)
-        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(s))
+        paid = max(s - free, 0.0)
+        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(paid))
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
-    hop = float(max(fabric.nic_time_us(seg), fabric.fabric_time_us((nodes - 1) * seg)))
+    paid = max(seg - free, 0.0)
+    hop = float(max(fabric.nic_time_us(paid), fabric.fabric_time_us((nodes - 1) * paid)))
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     return "chain", lat, (nodes - 1 + nseg - 1) * hop
 
@@ -274,6 +290,7 @@ def _link(
     nic_share: float = 1.0,
     concurrent: int = 1,
     exchange: float | None = None,
+    free: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
@@ -281,12 +298,13 @@ def _link(
     fraction of the NIC's bandwidth the message's protocol gets for its payload;
     ``concurrent``: messages of this size crossing the switch at the same time (they
     share the fabric's ``fabric_GBps``); ``exchange``: the pair sends both ways at once,
-    each direction at most this many GB/s of wire bytes (None: not an exchange).
+    each direction at most this many GB/s of wire bytes (None: not an exchange);
+    ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``).
     """
-    wire = np.maximum(fabric.nic_time_us(nbytes) / nic_share,
-                      fabric.fabric_time_us(concurrent * nbytes / nic_share))  # fmt: skip
+    paid = np.maximum(nbytes / nic_share - free, 0.0)
+    wire = np.maximum(fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid))
     if exchange is not None:
-        wire = np.maximum(wire, fabric.exchange_time_us(nbytes / nic_share, exchange))
+        wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     return post_us + np.where(
         cross,
         fabric.nic_us + wire,
@@ -315,6 +333,8 @@ def _pairwise(
     ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
     (each sending its own message at once, as NVRAR's GPUs of one node do);
     ``one_sided``: the exchanges are puts (``put_exchange_GBps`` where measured).
+    Each participant's NIC keeps its token bucket (``nic_burst_bytes``) from step to
+    step, full at the start and refilled while no bytes of its own cross.
     """
     exchange = fabric.exchange_GBps
     if one_sided and math.isfinite(fabric.put_exchange_GBps):
@@ -322,25 +342,38 @@ def _pairwise(
     post = fabric.msg_us if post_us is None else post_us
     m = node_of.size
     t = np.asarray(start, dtype=np.float64).copy()
+    tokens = np.full(m, float(fabric.nic_burst_bytes))
+    sent = np.full(m, -np.inf)  # when each NIC's last bytes left
+
+    def link(a, b, wire: float, exchange_rate: float | None) -> np.ndarray:
+        """Cost of a's message to b (both ways when ``exchange_rate``), from both ready."""
+        cross = node_of[a] != node_of[b]
+        ready = np.maximum(t[a], t[b])
+        idle = ready + post + fabric.nic_us - np.maximum(sent[a], sent[b])
+        free, left = fabric.drain_bucket(np.minimum(tokens[a], tokens[b]), idle, wire / nic_share)
+        free = np.where(cross, free, 0.0)
+        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
+                     exchange=exchange_rate, free=free)  # fmt: skip
+        for x in (a, b):
+            tokens[x] = np.where(cross, left, tokens[x])
+            sent[x] = np.where(cross, ready + cost, sent[x])
+        return cost
+
     p2 = 1 << (m.bit_length() - 1)
     hi = np.arange(p2, m)
     lo = hi - p2
     if hi.size:
         wire, red = fold
-        cross = node_of[hi] != node_of[lo]
-        arrive = t[hi] + _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()))
+        arrive = t[hi] + link(hi, lo, wire, None)
         t[lo] = np.maximum(t[lo], arrive) + fabric.reduce_time_us(red)
         t[hi] = arrive
     i = np.arange(p2)
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
-        cross = node_of[i] != node_of[j]
-        cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
-                     exchange=exchange)  # fmt: skip
+        cost = link(i, j, wire, exchange)
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
-        cross = node_of[hi] != node_of[lo]
-        back = _link(fabric, cross, fold[0], post, nic_share, width * int(cross.sum()))
+        back = link(lo, hi, fold[0], None)
         t[hi] = np.maximum(t[hi], t[lo]) + back
         t[lo] = t[lo] + back
     return t
@@ -362,16 +395,26 @@ def recursive_doubling(n: int, nodes: int, fabric: Fabric) -> Prediction:
     )
 
 
-def rabenseifner(n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """Recursive-halving reduce-scatter, recursive-doubling all-gather (flat)."""
+def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = False) -> Prediction:
+    """Recursive-halving reduce-scatter, recursive-doubling all-gather (flat).
+
+    Halving step i moves n / 2^(i+1) bytes; which partner gets which step decides what
+    crosses the NICs when a node holds several ranks. ``nearest_first=False`` is this
+    suite's ``rabenseifner`` (:mod:`commbench.kernels.baselines.rabenseifner`): the
+    farthest partner (r XOR P/2) gets the first half, so on 4 x 2 the two largest steps
+    cross nodes. ``True`` is Open MPI tuned's ``redscat_allgather`` (distance doubling
+    from r XOR 1, the nearest partner getting the half: inside the node on 4 x 2).
+    """
     _check(n, nodes, fabric)
     p = nodes * fabric.gpus_per_node
     node_of = np.arange(p) // fabric.gpus_per_node
     k = _log2_floor(p)
-    rs = [(i, n / 2 ** (i + 1), n / 2 ** (i + 1)) for i in range(k)]
-    ag = [(k - 1 - i, n / 2 ** (k - i), 0.0) for i in range(k)]
+    bits = list(range(k)) if nearest_first else list(range(k - 1, -1, -1))
+    rs = [(bits[i], n / 2 ** (i + 1), n / 2 ** (i + 1)) for i in range(k)]
+    ag = [(bits[k - 1 - i], n / 2 ** (k - i), 0.0) for i in range(k)]
     t = _pairwise(fabric, node_of, np.full(p, fabric.stage_us), rs + ag, fold=(n, n))
-    return Prediction("rabenseifner", t, lower_bound_us(n, nodes, fabric), {"steps": 2 * k})
+    info = {"steps": 2 * k, "order": "nearest first" if nearest_first else "farthest first"}
+    return Prediction("rabenseifner", t, lower_bound_us(n, nodes, fabric), info)
 
 
 def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
@@ -384,7 +427,14 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
     else:
         cross = np.array(nodes > 1)
         step = float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes))
-        t = fabric.stage_us + 2 * (p - 1) * step + fabric.reduce_time_us((p - 1) / p * n)
+        steps_us = 2 * (p - 1) * step
+        if nodes > 1 and fabric.nic_burst_bytes:  # each step's bucket refills in its latency
+            tokens, steps_us = float(fabric.nic_burst_bytes), 0.0
+            for _ in range(2 * (p - 1)):
+                free, tokens = fabric.drain_bucket(tokens, fabric.msg_us + fabric.nic_us, n / p)
+                steps_us += float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes,
+                                        free=free))  # fmt: skip
+        t = fabric.stage_us + steps_us + fabric.reduce_time_us((p - 1) / p * n)
     return Prediction(
         "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
     )

@@ -32,6 +32,13 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   rank streaming to k remote ranks at once, ``commbench calibrate``'s ``flows`` points);
   a step's cap is the curve at its scale-out flows per sending NIC (interpolated on a log
   axis, flat beyond the ends), e.g. where each flow costs the hosts CPU time.
+* ``nic_burst_bytes``: a NIC shaped by a token bucket (the emulated cluster's tc tbf)
+  passes that many bytes at once after an idle spell and refills at its rate, so a
+  message's first bytes (up to what the bucket holds) cost no wire time: the all-reduce
+  models keep each NIC's bucket from step to step (full when a call starts, after the
+  harness's barrier). Messages of a few KiB, which such a NIC would charge a rate time
+  far above their latency, then cost their latency, as measured. The all-to-allv steps
+  do not use it (their flows are 128 KiB and more at the sizes validated). 0 by default.
 * ``exchange_GBps`` caps one direction of an exchange: a flow whose reverse (the same
   pair, the other way) moves in the same step lasts at least its bytes over it. Measured
   by ``commbench calibrate`` (every rank exchanging with one peer at once) and kept where
@@ -108,6 +115,10 @@ class Fabric:
     #: the same for one-sided puts of cells both ways at once (NVRAR's cpu inter-node
     #: steps), in wire bytes; inf: ``exchange_GBps``
     put_exchange_GBps: float = math.inf
+    #: bytes a NIC passes at once after an idle spell before its rate limits them: the
+    #: depth of a token bucket refilled at ``nic_GBps`` (tc tbf's ``burst`` on the
+    #: emulated cluster; 0, the default, on a NIC that sends every byte at its rate)
+    nic_burst_bytes: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -150,6 +161,7 @@ class Fabric:
             "proxy_us",
             "put_us",
             "switch_buffer_MB",
+            "nic_burst_bytes",
         ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
@@ -195,6 +207,15 @@ class Fabric:
         """Time for ``nbytes`` one way of an exchange with one peer (both ways at once), at
         ``exchange_GBps`` or ``rate_GBps``."""
         return nbytes / ((self.exchange_GBps if rate_GBps is None else rate_GBps) * _BYTES_PER_US)
+
+    def drain_bucket(self, tokens, idle_us, nbytes) -> tuple:
+        """A NIC's token bucket (``nic_burst_bytes``) before a message of ``nbytes``:
+        ``tokens`` left after its previous message, refilled at the NIC's rate over
+        ``idle_us`` (up to the depth). Returns ``(bytes that pass at once, tokens left)``;
+        the rest of the message pays the NIC's rate. A bucket of depth 0 frees nothing."""
+        full = np.minimum(self.nic_burst_bytes, tokens + idle_us * self.nic_GBps * _BYTES_PER_US)
+        free = np.minimum(full, nbytes)
+        return free, full - free
 
     def reduce_time_us(self, nbytes) -> np.ndarray | float:
         """Time to reduce ``nbytes`` of incoming data into a buffer."""

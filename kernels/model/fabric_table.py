@@ -47,7 +47,10 @@ class FabricTable(BaseModel):
       concurrent flows each NIC carries, where it changes with them); ``exchange_GBps``
       (one direction of an exchange with one peer, both directions at once, where that is
       below a one-way flow's rate: measured by ``commbench calibrate``) and
-      ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps).
+      ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps);
+      ``scaleout_burst_bytes`` (what one NIC passes at once after an idle spell before
+      its rate applies: a token bucket's depth, measured by ``commbench calibrate``
+      where a NIC is shaped by one, as the emulated cluster's are).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -76,6 +79,7 @@ class FabricTable(BaseModel):
     fabric_flows_GBps: list[list[float]] | None = None
     exchange_GBps: float | None = Field(None, gt=0)
     put_exchange_GBps: float | None = Field(None, gt=0)
+    scaleout_burst_bytes: float | None = Field(None, ge=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -111,6 +115,8 @@ class FabricTable(BaseModel):
         optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
                     "nccl_ll128", "fabric_GBps", "exchange_GBps", "put_exchange_GBps")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
+        if self.scaleout_burst_bytes is not None:
+            values["nic_burst_bytes"] = self.scaleout_burst_bytes * self.nics_per_node / node_gpus
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         case = flow_control or self.flow_control

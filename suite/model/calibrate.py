@@ -36,6 +36,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     transport with its emulated RDMA put (its default) this ran at ~50-60 % of a one-way
     stream's rate on the emulated cluster; without it (the cluster's rank wrapper's
     flags) at a stream's rate, and the constant is then left out.
+``burst``
+    one message of a 16th and of a quarter of ``--bytes`` from rank 0 to node 1 (an 8 B
+    ack back), each after 0.1 s of idle: with the ``stream`` point, a NIC whose first
+    bytes after an idle spell pass at once (a token bucket, as tc's ``tbf`` shapes the
+    emulated cluster's NICs) shows as the same number of free bytes at every size:
+    ``scaleout_burst_bytes`` (kept only where the two sizes agree on a depth that
+    matters, at least a tenth of the smaller message).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -83,6 +90,16 @@ from commbench.errors import UsageError
 
 #: messages posted per burst in the ``post`` points
 POST_COUNTS = (1, 16, 64)
+#: idle before each ``burst`` round: refills a shaped NIC's token bucket (at 100 Mbit/s
+#: one of 1 MB refills in 80 ms)
+BURST_IDLE_S = 0.1
+
+
+def burst_sizes(nbytes: int) -> tuple[int, int]:
+    """The ``burst`` points' message sizes: a 16th and a quarter of the stream's."""
+    return max(nbytes // 16, 8), max(nbytes // 4, 8)
+
+
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps")
 
@@ -104,12 +121,15 @@ def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
         time.sleep(poll_s)
 
 
-def _median_round(comm, body, reps: int) -> float:
+def _median_round(comm, body, reps: int, idle_s: float = 0.0) -> float:
     """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
-    every round starts from a barrier, and ranks done with a round sleep until the next."""
+    every round starts from a barrier (and ``idle_s`` of sleep after it, untimed), and
+    ranks done with a round sleep until the next."""
     times = []
     for _ in range(reps):
         _quiet_barrier(comm)
+        if idle_s:
+            time.sleep(idle_s)
         t0 = _now()
         body()
         times.append(_now() - t0)
@@ -125,10 +145,11 @@ def _max_op():
     return MPI.MAX
 
 
-def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
+def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1,
+              idle_s: float = 0.0) -> float:  # fmt: skip
     """Round-trip seconds of ``nbytes`` from ``a`` to ``b`` and 8 B back, for every pair
     ``(a, b)`` at once (median over ``reps`` rounds of ``trips`` round trips each, the
-    slowest pair). Collective: every rank calls it."""
+    slowest pair; each round after ``idle_s`` of idle). Collective: every rank calls it."""
     buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
     ack = np.zeros(8, dtype=np.uint8)
     rank = comm.rank
@@ -147,7 +168,7 @@ def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips:
                 comm.Send(ack, dest=peer, tag=2)
 
     body()  # warm-up: connections
-    return _median_round(comm, body, reps) / trips
+    return _median_round(comm, body, reps, idle_s) / trips
 
 
 def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
@@ -457,6 +478,10 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         secs = _pingpong(comm, busy, 8, reps, 20) / 2
         add("pingpong-all", tier, 2 * len(busy), 8, secs, reps * 20)
         add("stream", tier, 1, nbytes, _pingpong(comm, [(0, peer)], nbytes, reps), reps)
+        if tier == "scaleout":
+            for size in burst_sizes(nbytes):
+                secs = _pingpong(comm, [(0, peer)], size, reps, idle_s=BURST_IDLE_S)
+                add("burst", tier, 1, size, secs, reps)
     if nodes > 1:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
@@ -625,10 +650,45 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
             "backend puts and polls), less the two-sided latency"
         )
+    burst = _burst_bytes(points)
+    if burst is not None:
+        depth, free = burst
+        c["scaleout_burst_bytes"] = depth
+        sizes = sorted(q["bytes"] for q in points if q["kind"] == "burst")
+        why["scaleout_burst_bytes"] = (
+            f"one message of b B from rank 0 to node 1 after {BURST_IDLE_S:g} s idle "
+            f"(b = {', '.join(str(b) for b in sizes)}) and the stream: the time less two "
+            "latencies is linear in b, and the bytes its intercept leaves free "
+            f"({', '.join(f'{f:.0f}' for f in free)} B at those sizes) pass at once"
+        )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
     return {k: _round(v) for k, v in c.items()}, why
+
+
+def _burst_bytes(points: list[dict]) -> tuple[float, list[float]] | None:
+    """A token bucket's depth from the ``burst`` points and the ``stream`` point: the
+    transfer times (less two quiet latencies) on a line ``(b - depth) / rate``, and the
+    free bytes at each burst size by that rate; ``(depth, free bytes)`` where both sizes
+    agree (within a factor of two) on at least a tenth of the smaller message and the
+    smaller did pay the rate for some of its bytes, else None (a NIC that sends every
+    byte at its rate, noise, or a bucket too deep for these sizes)."""
+    bursts = sorted((q["bytes"], q["time_us"]) for q in points if q["kind"] == "burst")
+    if len(bursts) < 2:
+        return None
+    quiet = _one(points, "pingpong", "scaleout")["time_us"]
+    stream = _one(points, "stream", "scaleout")
+    xs = np.array([b for b, _ in bursts] + [stream["bytes"]], float)
+    ys = np.array([t for _, t in bursts] + [stream["time_us"]], float) - 2 * quiet
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if not slope > 0:
+        return None
+    free = [b - max(t - 2 * quiet, 0.0) / slope for b, t in bursts]
+    small = bursts[0][0]
+    if 0.1 * small <= min(free) and max(free) <= 2 * min(free) and free[0] < 0.9 * small:
+        return float(-intercept / slope), free
+    return None
 
 
 def _exchange_rate(point: dict | None, lat: float, ref: float) -> tuple[float, dict] | None:
