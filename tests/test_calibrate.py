@@ -54,7 +54,7 @@ def points(
         q("stream", "scaleup", 1, s, 2 * 5.0 + s / 2e3),  # 2 GB/s
         q("pingpong", "scaleout", 1, 8, lat / 2),
         q("pingpong-all", "scaleout", p, 8, lat),
-        q("stream", "scaleout", 1, s, lat + max(s - (burst or 0), 0) / (nic * 1e3)),
+        q("stream", "scaleout", 1, s, lat + s / (nic * 1e3)),  # at the rate, bucket or not
         q("allnics", "scaleout", p, s, lat + allnics),
     ]
     t1 = 65536 / (nic * 1e3)
@@ -69,7 +69,8 @@ def points(
     if put_exchange is not None:  # cells put both ways at once at `put_exchange` GB/s
         out.append(q("put-exchange", "scaleout", p, s, lat + s / (put_exchange * 1e3)))
     if burst is not None:  # a token bucket of `burst` bytes, full after the idle
-        out += [q("burst", "scaleout", 1, b, lat + max(b - burst, 0) / (nic * 1e3))
+        woken = 4 * lat  # a round trip woken from idle costs more than a busy one
+        out += [q("burst", "scaleout", 1, b, woken + max(b - burst, 0) / (nic * 1e3))
                 for b in cal.burst_sizes(s)]  # fmt: skip
     for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
         out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
@@ -122,7 +123,7 @@ def test_fit_recovers_the_constants_it_was_given():
 def test_a_token_bucket_shows_as_free_bytes_at_both_burst_sizes():
     c, why = cal.fit(points(burst=15000), gpus_per_node=2, nranks=4)
     assert c["scaleout_burst_bytes"] == pytest.approx(15000, rel=1e-3)
-    assert "65536, 262144" in why["scaleout_burst_bytes"]
+    assert "8, 65536, 262144" in why["scaleout_burst_bytes"]
     assert "scaleout_burst_bytes" not in cal.fit(points(), 2, 4)[0]  # no burst points
     # a NIC that sends every byte at its rate: no bucket
     assert "scaleout_burst_bytes" not in cal.fit(points(burst=0), 2, 4)[0]
@@ -168,6 +169,17 @@ def test_toml_writer_round_trips_what_profiles_hold():
     back = tomllib.loads(cal.dump_toml(data))
     assert back["t"]["k"] == math.inf and back["c"] == data["c"] and back["t"]["sub"]["z"] == "deep"
     assert back["dotted.key"] == {"v": 0} and back["d"] == [1, "two"]
+
+
+def test_the_put_point_pairs_ranks_as_nvrar_s_inter_node_steps():
+    # node n ^ 2^k at the same local index, step by step; nodes beyond the largest power
+    # of two only fold in and out, so they take no step
+    assert cal.butterfly_partners(5, 4, 2) == [7, 1]  # node 2, local 1: nodes 3, 0
+    assert cal.butterfly_partners(0, 8, 1) == [1, 2, 4]
+    assert cal.butterfly_partners(2, 3, 1) == []
+    for r in range(8):  # every step pairs ranks both ways
+        for k, peer in enumerate(cal.butterfly_partners(r, 4, 2)):
+            assert cal.butterfly_partners(peer, 4, 2)[k] == r
 
 
 def test_busy_pairs_keep_every_rank_paired_once():

@@ -16,7 +16,7 @@ run a reduced set.
     python -m commbench.benchmarks.validate [--prefix P] [--a2a-shapes 2x4,4x2]
         [--ar-shapes 8x1,4x2] [--queues deep,shallow] [--a2a-sizes 1M,4M,8M]
         [--workloads uniform zipf:0.0 zipf:0.8 zipf:0.99] [--a2a-impls ...]
-        [--ar-sizes 256,1K,...,4M] [--ar-impls ...] [--iters 5] [--rounds 1]
+        [--ar-sizes 256,1K,...,4M] [--ar-impls ...] [--iters 5] [--ar-iters N] [--rounds 1]
         [--seed 7] [--out DIR] [--doc docs/model-validation.md]
     python -m commbench.benchmarks.validate --tables OUT/rows.jsonl [--doc ...]
 """
@@ -169,7 +169,7 @@ def measure(prefix: str, profile: Path, collective: str, impl: str, sizes: list[
     for lo, hi, f in sweeps(sizes):
         argv = ["commbench", "run", collective, "--impl", impl, "--system", str(profile),
                 "-b", str(lo), "-e", str(hi), "-f", str(f), "--timing", "latency", "-a", "3",
-                "-n", str(args.iters), "-w", "1", "--seed", str(args.seed), "--out", str(out)]  # fmt: skip
+                "-n", str(args.ar_iters if collective == "allreduce" else args.iters), "-w", "1", "--seed", str(args.seed), "--out", str(out)]  # fmt: skip
         if collective == "allreduce":
             _check(_cmd(prefix, [*argv, "-d", "bf16"], args.timeout), f"{collective} {impl}")
         for group in workload_groups(workloads or []):
@@ -369,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ar-sizes", default="256,1K,4K,16K,64K,256K,1M,4M")
     p.add_argument("--ar-impls", default=AR_IMPLS)
     p.add_argument("--iters", type=int, default=5, help="timed calls per launch")
+    p.add_argument("--ar-iters", type=int, default=None,
+                   help="timed calls per all-reduce launch (default --iters): its small "
+                        "sizes take a few ms a call")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="interleaved launches per point")
     p.add_argument("--seed", type=int, default=SEED, help=f"workload seed (default {SEED})")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
@@ -401,8 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = [q for q in queues if q not in QUEUES]
         if bad:
             raise UsageError(f"--queues: unknown {bad[0]!r} (deep, shallow)")
-        if args.iters < 1 or args.rounds < 1:
-            raise UsageError("--iters and --rounds must be at least 1")
+        if args.ar_iters is None:
+            args.ar_iters = args.iters
+        if args.iters < 1 or args.rounds < 1 or args.ar_iters < 1:
+            raise UsageError("--iters, --ar-iters and --rounds must be at least 1")
         for shape in (*a2a_shapes, *ar_shapes):
             ClusterSpec(prefix=args.prefix, nodes=shape[0], ranks_per_node=shape[1], nic_mbit=1)
     except UsageError as exc:
@@ -437,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`{args.out}/profile-SHAPE-QUEUE.toml` (`commbench calibrate`; again after the "
         "shape's measurements: `profile-SHAPE-QUEUE-after.toml`, the drift column), "
         f"seed {args.seed}, "
-        f"{args.iters} timed calls per launch (`--timing latency`, max over ranks), "
+        f"{args.iters} timed calls per launch ({args.ar_iters} for all-reduce; `--timing "
+        "latency`, max over ranks), "
         f"{args.rounds} launch(es) per point, FAST untuned with the profile's stage cost "
         "(as the run), its synthesis outside the timed call (`fast`) or inside (`fast+sched`)."
     )

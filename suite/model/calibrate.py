@@ -37,12 +37,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     stream's rate on the emulated cluster; without it (the cluster's rank wrapper's
     flags) at a stream's rate, and the constant is then left out.
 ``burst``
-    one message of a 16th and of a quarter of ``--bytes`` from rank 0 to node 1 (an 8 B
-    ack back), each after 0.1 s of idle: with the ``stream`` point, a NIC whose first
-    bytes after an idle spell pass at once (a token bucket, as tc's ``tbf`` shapes the
-    emulated cluster's NICs) shows as the same number of free bytes at every size:
-    ``scaleout_burst_bytes`` (kept only where the two sizes agree on a depth that
-    matters, at least a tenth of the smaller message).
+    one message of 8 B, of a 16th and of a quarter of ``--bytes`` from rank 0 to node 1
+    (an 8 B ack back), each sent after 0.1 s of idle to a rank already waiting: a NIC whose first bytes after an idle
+    spell pass at once (a token bucket, as tc's ``tbf`` shapes the emulated cluster's
+    NICs) moves the two larger ones in their bytes' time at the ``stream`` rate less
+    the same number of free bytes, above the 8 B round trip: ``scaleout_burst_bytes``
+    (kept only where the two sizes agree on a depth that matters, at least a tenth of
+    the smaller message, and the smaller did pay the rate for some bytes).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -53,12 +54,15 @@ Nothing is taken from the collectives the profile is used to predict. The points
     rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
     slope is the host cost per posted message.
 ``put``
-    8 B one-way put-and-see, every rank paired with the rank of its index on another
-    node at once (as ``pingpong-all``): a rank puts an 8-byte cell (its flag) into its
-    partner's MPI RMA window (passive target, ``Rput``, no flush) and the partner polls
-    its own window memory until the flag shows, then puts one back; half the round trip.
-    This is how NVRAR's cpu backend (:mod:`commbench.kernels.nvrar.cpu`) moves its cells
-    and waits for them; ``put_us`` is what it costs above a two-sided message.
+    one step of NVRAR's inter-node recursive doubling with 8 B and nothing to reduce:
+    every rank puts an 8-byte cell (its flag) into the MPI RMA window (passive target,
+    ``Rput``, no flush) of the rank of its index on node ``n ^ 2^k`` and polls its own
+    window memory until that partner's flag shows, both of a pair at once, for k = 0,
+    1, ... in turn; the time per step. This is how NVRAR's cpu backend
+    (:mod:`commbench.kernels.nvrar.cpu`) moves its cells and waits for them; ``put_us``
+    is what a step costs above a two-sided message. (A put-and-answer ping-pong reads
+    less than half of this on the emulated cluster: both puts of a pair at once need
+    both progress engines.)
 ``put-exchange``
     every rank paired with the rank of its index on another node puts ``--bytes`` of
     8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
@@ -95,9 +99,10 @@ POST_COUNTS = (1, 16, 64)
 BURST_IDLE_S = 0.1
 
 
-def burst_sizes(nbytes: int) -> tuple[int, int]:
-    """The ``burst`` points' message sizes: a 16th and a quarter of the stream's."""
-    return max(nbytes // 16, 8), max(nbytes // 4, 8)
+def burst_sizes(nbytes: int) -> tuple[int, int, int]:
+    """The ``burst`` points' message sizes: 8 B (the base), a 16th and a quarter of the
+    stream's."""
+    return 8, max(nbytes // 16, 16), max(nbytes // 4, 32)
 
 
 #: what every raw point carries
@@ -121,15 +126,12 @@ def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
         time.sleep(poll_s)
 
 
-def _median_round(comm, body, reps: int, idle_s: float = 0.0) -> float:
+def _median_round(comm, body, reps: int) -> float:
     """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
-    every round starts from a barrier (and ``idle_s`` of sleep after it, untimed), and
-    ranks done with a round sleep until the next."""
+    every round starts from a barrier, and ranks done with a round sleep until the next."""
     times = []
     for _ in range(reps):
         _quiet_barrier(comm)
-        if idle_s:
-            time.sleep(idle_s)
         t0 = _now()
         body()
         times.append(_now() - t0)
@@ -145,11 +147,10 @@ def _max_op():
     return MPI.MAX
 
 
-def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1,
-              idle_s: float = 0.0) -> float:  # fmt: skip
+def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
     """Round-trip seconds of ``nbytes`` from ``a`` to ``b`` and 8 B back, for every pair
     ``(a, b)`` at once (median over ``reps`` rounds of ``trips`` round trips each, the
-    slowest pair; each round after ``idle_s`` of idle). Collective: every rank calls it."""
+    slowest pair). Collective: every rank calls it."""
     buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
     ack = np.zeros(8, dtype=np.uint8)
     rank = comm.rank
@@ -168,7 +169,29 @@ def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips:
                 comm.Send(ack, dest=peer, tag=2)
 
     body()  # warm-up: connections
-    return _median_round(comm, body, reps, idle_s) / trips
+    return _median_round(comm, body, reps) / trips
+
+
+def _burst(comm, a: int, b: int, nbytes: int, reps: int, idle_s: float) -> float:
+    """Round-trip seconds of ``nbytes`` from ``a`` to ``b`` and 8 B back, ``a`` sending
+    after ``idle_s`` of sleep while ``b`` already waits in its receive (so only the
+    link has been idle, not the receiver); median over ``reps``, timed on ``a``.
+    Collective."""
+    buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    ack = np.zeros(8, dtype=np.uint8)
+    times = []
+    for _ in range(reps + 1):  # the first: warm-up
+        _quiet_barrier(comm)
+        if comm.rank == a:
+            time.sleep(idle_s)
+            t0 = _now()
+            comm.Send(buf[:nbytes], dest=b, tag=3)
+            comm.Recv(ack, source=b, tag=4)
+            times.append(_now() - t0)
+        elif comm.rank == b:
+            comm.Recv(buf[:nbytes], source=a, tag=3)
+            comm.Send(ack, dest=a, tag=4)
+    return comm.bcast(float(np.median(times[1:])) if comm.rank == a else 0.0, root=a)
 
 
 def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
@@ -289,41 +312,47 @@ def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
     return _median_round(comm, body, reps)
 
 
-def _putpong(comm, pairs: list[tuple[int, int]], reps: int, trips: int,
-             timeout_s: float = 60.0) -> float:  # fmt: skip
-    """Round-trip seconds of an 8 B put whose target polls for it and puts one back, for
-    every pair at once (median over ``reps`` rounds of ``trips`` round trips, the slowest
-    pair). Put and poll as NVRAR's cpu backend does (``Rput`` into a passively locked
-    window, ``Win.Sync`` + test of the own puts + yield, sleeping after
-    :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls). Collective."""
+def butterfly_partners(rank: int, nodes: int, g: int) -> list[int]:
+    """The rank of each inter-node step of NVRAR's recursive doubling, for ``rank``:
+    same local index on node ``node ^ 2^k`` (k = 0, 1, ...); empty for a node beyond
+    the largest power of two (it would only fold in and out)."""
+    node, local = divmod(rank, g)
+    p2 = 1 << (nodes.bit_length() - 1)
+    if node >= p2:
+        return []
+    return [((node ^ (1 << k)) * g + local) for k in range(p2.bit_length() - 1)]
+
+
+def _put_rounds(comm, g: int, reps: int, calls: int, timeout_s: float = 60.0) -> float:
+    """Seconds of one step of NVRAR's inter-node recursive doubling with nothing to
+    reduce: every rank puts an 8 B flag into its step partner's window
+    (:func:`butterfly_partners`) and polls its own until the partner's shows, both of a
+    pair at once, step after step (median over ``reps`` rounds of ``calls`` calls, the
+    slowest rank, per step). Put and poll as NVRAR's cpu backend does (``Rput`` into a
+    passively locked window, ``Win.Sync`` + test of the own puts + yield, sleeping
+    after :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls; a call's puts
+    completed at its end). Collective."""
     from mpi4py import MPI
 
     from commbench.kernels.nvrar.cpu import YIELD_POLLS
 
-    win = MPI.Win.Allocate(8, 8, comm=comm)
-    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:1]
+    partners = butterfly_partners(comm.rank, comm.size // g, g)
+    nsteps = max(len(butterfly_partners(0, comm.size // g, g)), 1)
+    win = MPI.Win.Allocate(8 * nsteps, 8, comm=comm)
+    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:nsteps]
     words[:] = 0
     comm.Barrier()
     win.Lock_all(MPI.MODE_NOCHECK)
-    src = np.zeros(1, dtype=np.uint64)
-    role = {a: (b, True) for a, b in pairs} | {b: (a, False) for a, b in pairs}
-    peer, first = role.get(comm.rank, (None, False))
+    src = np.zeros(nsteps, dtype=np.uint64)
     pending: list = []
     seq = [0]
 
-    def put(value: int) -> None:
-        if pending:  # the origin buffer is reused: complete the previous put (it landed)
-            MPI.Request.Waitall(pending)
-            pending.clear()
-        src[0] = value
-        pending.append(win.Rput([src, MPI.UINT64_T], peer, target=(0, 1, MPI.UINT64_T)))
-
-    def see(value: int) -> None:
+    def see(k: int, value: int, peer: int) -> None:
         deadline = time.monotonic() + timeout_s
         polls = 0
         while True:
             win.Sync()
-            if int(words[0]) >= value:
+            if int(words[k]) >= value:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -339,20 +368,20 @@ def _putpong(comm, pairs: list[tuple[int, int]], reps: int, trips: int,
                 time.sleep(20e-6)  # the cpu backend's default poll_sleep_us
 
     def body() -> None:
-        if peer is None:
-            return
-        for _ in range(trips):
+        for _ in range(calls):
             seq[0] += 1
-            if first:
-                put(seq[0])
-                see(seq[0])
-            else:
-                see(seq[0])
-                put(seq[0])
+            for k, peer in enumerate(partners):
+                src[k] = seq[0]
+                pending.append(win.Rput([src[k : k + 1], MPI.UINT64_T], peer,
+                                        target=(k, 1, MPI.UINT64_T)))  # fmt: skip
+                see(k, seq[0], peer)
+            if pending:
+                MPI.Request.Waitall(pending)
+                pending.clear()
 
     try:
         body()  # warm-up: connections
-        return _median_round(comm, body, reps) / trips
+        return _median_round(comm, body, reps) / (calls * nsteps)
     finally:
         if pending:
             MPI.Request.Waitall(pending)
@@ -480,8 +509,9 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         add("stream", tier, 1, nbytes, _pingpong(comm, [(0, peer)], nbytes, reps), reps)
         if tier == "scaleout":
             for size in burst_sizes(nbytes):
-                secs = _pingpong(comm, [(0, peer)], size, reps, idle_s=BURST_IDLE_S)
-                add("burst", tier, 1, size, secs, reps)
+                n_reps = 2 * reps + 1  # one message each: a spread of a few 100 us
+                secs = _burst(comm, 0, peer, size, n_reps, BURST_IDLE_S)
+                add("burst", tier, 1, size, secs, n_reps)
     if nodes > 1:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
@@ -502,8 +532,8 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         busy = busy_pairs(p, g, "scaleout")
-        secs = _putpong(comm, busy, reps, 20) / 2
-        add("put", "scaleout", 2 * len(busy), 8, secs, reps * 20)
+        secs = _put_rounds(comm, g, reps, 5)
+        add("put", "scaleout", p, 8, secs, reps * 5)
         secs = _put_exchange(comm, busy, nbytes, reps)
         add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
     dtype = opts["dtype"]
@@ -535,7 +565,7 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     over n; ``exchange_GBps`` = one direction's bytes over the ``exchange`` time less one
     latency (only where it is below one NIC's stream: otherwise an exchange costs what a
     one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
-    the one-way put-and-see less that latency (what NVRAR's inter-node steps pay above
+    one step of 8 B puts both ways (the ``put`` point) less that latency (what NVRAR's inter-node steps pay above
     a message).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
@@ -646,20 +676,19 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     if put is not None:  # profiles written before the put point have none
         c["put_us"] = max(put["time_us"] - lat, 0.0)
         why["put_us"] = (
-            f"8 B put into an RMA window seen by the target's poll, every rank paired with "
-            f"another node's at once ({put['time_us']:.4g} us one way, as NVRAR's cpu "
-            "backend puts and polls), less the two-sided latency"
+            f"a step of 8 B puts both ways between ranks of nodes n and n ^ 2^k, every "
+            f"rank at once, each polling its window for its partner's ({put['time_us']:.4g} "
+            "us a step, as NVRAR's cpu backend puts and polls), less the two-sided latency"
         )
-    burst = _burst_bytes(points)
+    burst = _burst_bytes(points, nic)
     if burst is not None:
         depth, free = burst
         c["scaleout_burst_bytes"] = depth
         sizes = sorted(q["bytes"] for q in points if q["kind"] == "burst")
         why["scaleout_burst_bytes"] = (
             f"one message of b B from rank 0 to node 1 after {BURST_IDLE_S:g} s idle "
-            f"(b = {', '.join(str(b) for b in sizes)}) and the stream: the time less two "
-            "latencies is linear in b, and the bytes its intercept leaves free "
-            f"({', '.join(f'{f:.0f}' for f in free)} B at those sizes) pass at once"
+            f"(b = {', '.join(str(b) for b in sizes)}): above the 8 B one, the larger "
+            f"left {' and '.join(f'{f:.0f}' for f in free)} B unpaid at the stream's rate"
         )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
@@ -667,27 +696,22 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     return {k: _round(v) for k, v in c.items()}, why
 
 
-def _burst_bytes(points: list[dict]) -> tuple[float, list[float]] | None:
-    """A token bucket's depth from the ``burst`` points and the ``stream`` point: the
-    transfer times (less two quiet latencies) on a line ``(b - depth) / rate``, and the
-    free bytes at each burst size by that rate; ``(depth, free bytes)`` where both sizes
-    agree (within a factor of two) on at least a tenth of the smaller message and the
-    smaller did pay the rate for some of its bytes, else None (a NIC that sends every
-    byte at its rate, noise, or a bucket too deep for these sizes)."""
+def _burst_bytes(points: list[dict], nic_GBps: float) -> tuple[float, list[float]] | None:
+    """A token bucket's depth from the ``burst`` points: for each larger size b, the
+    bytes its time above the 8 B round trip does not pay at the stream's rate,
+    ``b - (t_b - t_8) * rate``; ``(their mean, each)`` where both agree (within a factor
+    of two) on at least a tenth of the smaller message and the smaller did pay the rate
+    for some of its bytes, else None (a NIC that sends every byte at its rate, noise,
+    or a bucket too deep for these sizes)."""
     bursts = sorted((q["bytes"], q["time_us"]) for q in points if q["kind"] == "burst")
-    if len(bursts) < 2:
+    if len(bursts) < 3:
         return None
-    quiet = _one(points, "pingpong", "scaleout")["time_us"]
-    stream = _one(points, "stream", "scaleout")
-    xs = np.array([b for b, _ in bursts] + [stream["bytes"]], float)
-    ys = np.array([t for _, t in bursts] + [stream["time_us"]], float) - 2 * quiet
-    slope, intercept = np.polyfit(xs, ys, 1)
-    if not slope > 0:
-        return None
-    free = [b - max(t - 2 * quiet, 0.0) / slope for b, t in bursts]
-    small = bursts[0][0]
+    (_, base), *sized = bursts
+    per_us = nic_GBps * 1e3
+    free = [b - max(t - base, 0.0) * per_us for b, t in sized]
+    small = sized[0][0]
     if 0.1 * small <= min(free) and max(free) <= 2 * min(free) and free[0] < 0.9 * small:
-        return float(-intercept / slope), free
+        return float(np.mean(free)), free
     return None
 
 
