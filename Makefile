@@ -110,7 +110,7 @@ cluster-bench: install
 
 # Calibrate (microbenchmarks), then measure and predict side by side on its own clusters
 # (root; prefix cbval), the table into docs/model-validation.md. A reduced point list, e.g.
-#   make cluster-validate VALIDATE="--a2a-sizes 1M,4M --ar-sizes 256,4K,64K,1M,4M --iters 3"
+#   make cluster-validate VALIDATE="--a2a-sizes 1M,4M --ar-sizes 256,4K,64K,1M,4M --ar-iters 10"
 VALIDATE ?=
 
 cluster-validate: install

@@ -388,15 +388,24 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
     assert ar_model._inter_bcast(65536, 4, f)[0] == "linear"
     assert ar_model._inter_bcast(1024, 8, f)[0] == "binomial"
     assert ar_model._inter_bcast(65536, 8, f)[0] == "chain"
-    # one segment: the four sub-collectives one after the other
+    # one segment: the four sub-collectives one after the other; the root of the
+    # reduce-scatter + gather sends its halves and receives them and the gather, the two
+    # directions of its NIC side by side
     n = 4096
-    parts = (ar_model._intra_tree(n, f, reduce=True), sum(ar_model._inter_reduce(n, 4, f)[1:]),
-             sum(ar_model._inter_bcast(n, 4, f)[1:]), ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
+    _, serial, sent, received = ar_model._inter_reduce(n, 4, f)
+    assert received > sent > 0
+    _, lat, copies, nothing = ar_model._inter_bcast(n, 4, f)  # linear: the root only sends
+    assert copies > 0 and nothing == 0
+    parts = (ar_model._intra_tree(n, f, reduce=True), serial + received, lat + copies,
+             ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
     assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
     # many segments: the pipeline costs about one iteration per segment, the inter-node
-    # side (reduce and broadcast on the leader's NIC) being the longer here
+    # side being the longer here: the reduce's and the broadcast's sends add up on the
+    # leader's NIC against the reduce's receives
     seg = ar_model.HAN_SEGMENT_BYTES
-    per_seg = sum(ar_model._inter_reduce(seg, 4, f)[1:]) + ar_model._inter_bcast(seg, 4, f)[2]
+    _, serial, sent, received = ar_model._inter_reduce(seg, 4, f)
+    _, lat, copies, _ = ar_model._inter_bcast(seg, 4, f)
+    per_seg = max(serial, lat) + max(sent + copies, received)
     t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))
     assert t128 - t64 == pytest.approx(64 * per_seg, rel=0.05)
 

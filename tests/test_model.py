@@ -291,31 +291,32 @@ def test_recursive_doubling_power_of_two_nodes():
     n, nodes = 1 << 20, 8
     f = fab(1, reduce_GBps=200.0)
     pred = ar.recursive_doubling(n, nodes, f)
-    step = NIC_US + us(n, NIC) + us(n, 200.0)
-    assert pred.rank_finish_us == pytest.approx(np.full(nodes, STAGE + 3 * step))
+    # each step a grouped call (stage_us, a send and a receive posted) as step_finish's
+    step = STAGE + NIC_US + us(n, NIC) + us(n, 200.0)
+    assert pred.rank_finish_us == pytest.approx(np.full(nodes, 3 * step))
     # g = 1: NVRAR is the same butterfly on LL8 cells (the LL share of the NIC: 1/4) plus
     # the transport's put cost, one phase
     nv = ar.nvrar(n, nodes, f.with_(put_us=3.0))
     assert nv.time_us == pytest.approx(STAGE + 3 * (3.0 + NIC_US + us(4 * n, NIC) + us(n, 200.0)))
-    assert ar.nvrar(n, nodes, f, ll8=False).time_us == pytest.approx(pred.time_us)
+    # without LL8: recursive doubling's bytes, one launch instead of a call per step
+    nv = ar.nvrar(n, nodes, f, ll8=False).time_us
+    assert nv == pytest.approx(pred.time_us - 2 * STAGE)
 
 
 def test_recursive_doubling_folds_a_non_power_of_two():
     n, nodes = 4096, 3
     f = fab(1)
-    step = NIC_US + us(n, NIC)
+    step = STAGE + NIC_US + us(n, NIC)
     pred = ar.recursive_doubling(n, nodes, f)
     # fold rank 2 into 0, one exchange between 0 and 1, send the result back to 2
-    assert pred.rank_finish_us == pytest.approx(
-        [STAGE + 3 * step, STAGE + 2 * step, STAGE + 3 * step]
-    )
+    assert pred.rank_finish_us == pytest.approx([3 * step, 2 * step, 3 * step])
 
 
 def test_flat_recursive_doubling_uses_scaleup_for_near_partners():
     n, g, nodes = 1 << 16, 4, 2
     pred = ar.recursive_doubling(n, nodes, fab(g))
-    intra, inter = UP_US + us(n, UP), NIC_US + us(n, NIC)
-    assert pred.time_us == pytest.approx(STAGE + 2 * intra + inter)
+    intra, inter = STAGE + UP_US + us(n, UP), STAGE + NIC_US + us(n, NIC)
+    assert pred.time_us == pytest.approx(2 * intra + inter)
 
 
 def test_rabenseifner_crosses_nodes_in_the_implementation_s_order():
@@ -337,19 +338,21 @@ def test_rabenseifner_crosses_nodes_in_the_implementation_s_order():
 
 
 def test_a_token_bucket_frees_each_nic_s_first_bytes_and_refills_at_its_rate():
-    f = fab(1, nic_GBps=0.0125, nic_us=100.0)  # 100 Mbit/s: 12.5 B/us, 1250 B per latency
+    # 100 Mbit/s: 12.5 B/us; a step's fixed part (stage, latency) refills 1312.5 B
+    f = fab(1, nic_GBps=0.0125, nic_us=100.0)
     shaped = f.with_(nic_burst_bytes=15000.0)
-    # three steps of 4 KiB: the full bucket (15 KB, +1250 B a step) covers every byte
-    assert ar.recursive_doubling(4096, 8, shaped).time_us == pytest.approx(STAGE + 3 * 100.0)
+    step = STAGE + 100.0
+    # three steps of 4 KiB: the full bucket (15 KB, +1312.5 B a step) covers every byte
+    assert ar.recursive_doubling(4096, 8, shaped).time_us == pytest.approx(3 * step)
     plain = ar.recursive_doubling(4096, 8, f).time_us
-    assert plain == pytest.approx(STAGE + 3 * (100.0 + 4096 / 12.5))
-    # 1 MiB: the first step gets the bucket, the next two what refills in their latency
+    assert plain == pytest.approx(3 * (step + 4096 / 12.5))
+    # 1 MiB: the first step gets the bucket, the next two what refills in their own
     n = 1 << 20
     saved = ar.recursive_doubling(n, 8, f).time_us - ar.recursive_doubling(n, 8, shaped).time_us
-    assert saved == pytest.approx((15000 + 2 * 1250) / 12.5)
+    assert saved == pytest.approx((15000 + 2 * step * 12.5) / 12.5)
     # a ring's 14 steps of n/8: the same refill per step
     saved = ar.ring(n, 8, f).time_us - ar.ring(n, 8, shaped).time_us
-    assert saved == pytest.approx((15000 + 13 * 1250) / 12.5)
+    assert saved == pytest.approx((15000 + 13 * step * 12.5) / 12.5)
     assert ar.ring(4096, 8, shaped).time_us < ar.ring(4096, 8, f).time_us
 
 
@@ -368,9 +371,9 @@ def test_ring_closed_form():
     n, g, nodes = 1 << 20, 4, 2
     p = g * nodes
     f = fab(g, reduce_GBps=100.0)
-    expect = (
-        STAGE + 2 * (p - 1) * (NIC_US + us(n / p, NIC)) + us((p - 1) / p * n, 100.0)
-    )  # NVRAR paper: 2(p-1)α + 2((p-1)/p)nβ + ((p-1)/p)nγ
+    expect = 2 * (p - 1) * (STAGE + NIC_US + us(n / p, NIC)) + us(
+        (p - 1) / p * n, 100.0
+    )  # NVRAR paper: 2(p-1)α + 2((p-1)/p)nβ + ((p-1)/p)nγ, a grouped call per step
     assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
 
 

@@ -1,11 +1,13 @@
 """Modelled all-reduce: NVRAR (hierarchical), ring, recursive doubling, Rabenseifner, NCCL-like.
 
 ``n`` is the buffer size in bytes, P = N nodes x g GPUs, rank = node * g + local index.
-Each call pays ``stage_us`` once per launched phase; every message pays the latency of the
-tier it crosses (``nic_us`` between nodes, ``scaleup_us`` inside one) plus its bytes over
-that tier's bandwidth; a reduction of ``m`` bytes costs ``m / reduce_GBps``. A message
-posted by the host (two-sided MPI send/recv) also pays ``msg_us``; NVRAR's inter-node
-puts pay the NVSHMEM transport's ``put_us``. These are the α-β-γ models of the NVRAR paper:
+Every message pays the latency of the tier it crosses (``nic_us`` between nodes,
+``scaleup_us`` inside one) plus its bytes over that tier's bandwidth; a reduction of ``m``
+bytes costs ``m / reduce_GBps``. A step of the flat host-driven algorithms (ring,
+recursive doubling, Rabenseifner: each rank posts a receive and a send and waits) is one
+grouped call, charged as the all-to-allv model's steps are: ``stage_us`` and ``msg_us``
+per posted message. NVRAR pays ``stage_us`` once per launched phase and, per inter-node
+step, the transport's ``put_us``. These are the α-β-γ models of the NVRAR paper:
 
 * ``ring`` (flat, one ring over all P ranks): 2(P-1) steps of n/P bytes on the slowest
   link of the ring (a NIC once N > 1): 2(P-1)α + 2((P-1)/P)nβ + ((P-1)/P)nγ.
@@ -126,9 +128,11 @@ def _han_free_bytes(fabric: Fabric) -> float:
     return float(fabric.drain_bucket(0.0, fabric.msg_us + fabric.nic_us, math.inf)[0])
 
 
-def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
+def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float, float]:
     """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
-    level): ``(algorithm, latency part, wire-and-reduce part)`` of the root's path.
+    level): ``(algorithm, serial part, sent, received)`` of the root's path: its
+    latencies and reductions, and the wire time of what its NIC sends and receives (the
+    two directions of a NIC run side by side).
 
     libnbc's choice (``nbc_ireduce.c``, commutative op): reduce-scatter + gather when
     nodes > 2 and the count reaches half the next power of two; else binomial when
@@ -145,49 +149,49 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
     if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
         p2 = 1 << _log2_floor(nodes)
-        lat = wire_us = 0.0
+        serial = sent = received = 0.0
         if p2 < nodes:  # extra leaders fold in first
-            lat += post + alpha
-            wire_us += wire(s, nodes - p2) + float(fabric.reduce_time_us(s))
+            serial += post + alpha + float(fabric.reduce_time_us(s))
+            received += wire(s, nodes - p2)
         k = _log2_floor(p2)
         for i in range(k):  # recursive halving, then the binomial gather back
             half = s / 2 ** (i + 1)
-            lat += 2 * (post + alpha)
-            wire_us += (
-                wire(half, p2, exchange=True) + wire(half, p2) + float(fabric.reduce_time_us(half))
-            )
-        return "reduce-scatter+gather", lat, wire_us
+            serial += 2 * (post + alpha) + float(fabric.reduce_time_us(half))
+            sent += wire(half, p2, exchange=True)
+            received += wire(half, p2, exchange=True) + wire(half, p2)
+        return "reduce-scatter+gather", serial, sent, received
     if nodes > 4 or s < 65536:
         steps = _ceil_log2(nodes)
-        lat = steps * (post + alpha)
-        wire_us = steps * (wire(s, nodes // 2) + float(fabric.reduce_time_us(s)))
-        return "binomial", lat, wire_us
+        serial = steps * (post + alpha + float(fabric.reduce_time_us(s)))
+        return "binomial", serial, 0.0, steps * wire(s, nodes // 2)
     seg = min(8192.0, s)
     nseg = max(1, math.ceil(s / seg))
     hop = wire(seg, nodes - 1) + float(fabric.reduce_time_us(seg))
-    lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
-    return "chain", lat, (nodes - 1 + nseg - 1) * hop
+    serial = (nodes - 1) * (post + alpha) + (nseg - 1) * post
+    return "chain", serial, 0.0, (nodes - 1 + nseg - 1) * hop
 
 
 def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
     """libnbc's ``MPI_Ibcast`` of s bytes from leader 0 (``nbc_ibcast.c``): linear up
     to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
-    segments. Returns ``(algorithm, latency part, wire part)``."""
+    segments. Returns ``(algorithm, latency part, sent, received)`` of the root (which
+    only sends)."""
     post, alpha = fabric.msg_us, fabric.nic_us
     free = _han_free_bytes(fabric)
     if nodes <= 4:  # the root's NIC carries every copy
         lat = (nodes - 1) * post + alpha
-        return "linear", lat, float(fabric.nic_time_us(max((nodes - 1) * (s - free), 0.0)))
+        sent = float(fabric.nic_time_us(max((nodes - 1) * (s - free), 0.0)))
+        return "linear", lat, sent, 0.0
     if s < 65536:
         steps = _ceil_log2(nodes)
         paid = max(s - free, 0.0)
-        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(paid))
+        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(paid)), 0.0
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
     paid = max(seg - free, 0.0)
     hop = float(max(fabric.nic_time_us(paid), fabric.fabric_time_us((nodes - 1) * paid)))
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
-    return "chain", lat, (nodes - 1 + nseg - 1) * hop
+    return "chain", lat, (nodes - 1 + nseg - 1) * hop, 0.0
 
 
 def _intra_tree(s: float, fabric: Fabric, reduce: bool) -> float:
@@ -211,9 +215,10 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     (libnbc ``ibcast``) and an intra-node broadcast (tuned). They are pipelined: in
     iteration i a leader runs the intra-node reduce of segment i and broadcast of
     segment i - 3 (blocking, one after the other) while the non-blocking inter-node
-    reduce of segment i - 1 and broadcast of segment i - 2 progress (their wire times
-    add on the leader's NIC, their latencies overlap). An iteration lasts the longer of
-    the two sides; there are segments + 3 iterations.
+    reduce of segment i - 1 and broadcast of segment i - 2 progress (their latencies
+    overlap; on the leader's NIC what they send adds up, what they receive adds up, and
+    the two directions run side by side). An iteration lasts the longer of the two
+    sides; there are segments + 3 iterations.
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -227,9 +232,9 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
         key = (kind, s)
         if key not in memo:
             if kind == "lr":
-                memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0)
+                memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0, 0.0)
             elif kind == "lb":
-                memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0)
+                memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0)
             elif kind == "ur":
                 memo[key] = _inter_reduce(s, nodes, fabric)
             else:
@@ -245,7 +250,9 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
                     if s is not None)  # fmt: skip
         inter = [cost(k, s) for k, s in (("ur", seg_at(it - 1)), ("ub", seg_at(it - 2)))
                  if s is not None]  # fmt: skip
-        inter_us = max((c[1] for c in inter), default=0.0) + sum(c[2] for c in inter)
+        inter_us = max((c[1] for c in inter), default=0.0) + max(
+            sum(c[2] for c in inter), sum(c[3] for c in inter)
+        )
         total += max(intra, inter_us)
     ur_alg = cost("ur", float(seg[0]))[0]
     ub_alg = cost("ub", float(seg[0]))[0]
@@ -339,7 +346,7 @@ def _pairwise(
     exchange = fabric.exchange_GBps
     if one_sided and math.isfinite(fabric.put_exchange_GBps):
         exchange = fabric.put_exchange_GBps
-    post = fabric.msg_us if post_us is None else post_us
+    post = _two_sided_step_us(fabric) if post_us is None else post_us
     m = node_of.size
     t = np.asarray(start, dtype=np.float64).copy()
     tokens = np.full(m, float(fabric.nic_burst_bytes))
@@ -379,6 +386,15 @@ def _pairwise(
     return t
 
 
+def _two_sided_step_us(fabric: Fabric) -> float:
+    """Fixed cost of one step of a host-driven algorithm (each rank posts a receive and a
+    send, then waits): one grouped call, as :func:`~commbench.kernels.model.fabric.step_finish`
+    charges it (``stage_us`` and ``msg_us`` per posted message). On the emulated cluster
+    calibrate's ``stage`` point (an empty exchange round, all ranks at once) is this plus
+    one latency."""
+    return fabric.stage_us + 2 * fabric.msg_us
+
+
 def _log2_floor(m: int) -> int:
     return m.bit_length() - 1
 
@@ -389,7 +405,7 @@ def recursive_doubling(n: int, nodes: int, fabric: Fabric) -> Prediction:
     p = nodes * fabric.gpus_per_node
     node_of = np.arange(p) // fabric.gpus_per_node
     steps = [(k, n, n) for k in range(_log2_floor(p))]
-    t = _pairwise(fabric, node_of, np.full(p, fabric.stage_us), steps, fold=(n, n))
+    t = _pairwise(fabric, node_of, np.zeros(p), steps, fold=(n, n))
     return Prediction(
         "recursive-doubling", t, lower_bound_us(n, nodes, fabric), {"steps": len(steps)}
     )
@@ -412,7 +428,7 @@ def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = Fa
     bits = list(range(k)) if nearest_first else list(range(k - 1, -1, -1))
     rs = [(bits[i], n / 2 ** (i + 1), n / 2 ** (i + 1)) for i in range(k)]
     ag = [(bits[k - 1 - i], n / 2 ** (k - i), 0.0) for i in range(k)]
-    t = _pairwise(fabric, node_of, np.full(p, fabric.stage_us), rs + ag, fold=(n, n))
+    t = _pairwise(fabric, node_of, np.zeros(p), rs + ag, fold=(n, n))
     info = {"steps": 2 * k, "order": "nearest first" if nearest_first else "farthest first"}
     return Prediction("rabenseifner", t, lower_bound_us(n, nodes, fabric), info)
 
@@ -426,15 +442,15 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
         t = fabric.stage_us
     else:
         cross = np.array(nodes > 1)
-        step = float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes))
+        post = _two_sided_step_us(fabric)
+        step = float(_link(fabric, cross, n / p, post, concurrent=nodes))
         steps_us = 2 * (p - 1) * step
         if nodes > 1 and fabric.nic_burst_bytes:  # each step's bucket refills in its latency
             tokens, steps_us = float(fabric.nic_burst_bytes), 0.0
             for _ in range(2 * (p - 1)):
-                free, tokens = fabric.drain_bucket(tokens, fabric.msg_us + fabric.nic_us, n / p)
-                steps_us += float(_link(fabric, cross, n / p, fabric.msg_us, concurrent=nodes,
-                                        free=free))  # fmt: skip
-        t = fabric.stage_us + steps_us + fabric.reduce_time_us((p - 1) / p * n)
+                free, tokens = fabric.drain_bucket(tokens, post + fabric.nic_us, n / p)
+                steps_us += float(_link(fabric, cross, n / p, post, concurrent=nodes, free=free))
+        t = steps_us + fabric.reduce_time_us((p - 1) / p * n)
     return Prediction(
         "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
     )
