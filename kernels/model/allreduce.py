@@ -171,7 +171,7 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
     return "chain", serial, 0.0, (nodes - 1 + nseg - 1) * hop
 
 
-def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float]:
+def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float, float]:
     """libnbc's ``MPI_Ibcast`` of s bytes from leader 0 (``nbc_ibcast.c``): linear up
     to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
     segments. Returns ``(algorithm, latency part, sent, received)`` of the root (which

@@ -38,12 +38,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     flags) at a stream's rate, and the constant is then left out.
 ``burst``
     one message of 8 B, of a 16th and of a quarter of ``--bytes`` from rank 0 to node 1
-    (an 8 B ack back), each sent after 0.1 s of idle to a rank already waiting: a NIC whose first bytes after an idle
-    spell pass at once (a token bucket, as tc's ``tbf`` shapes the emulated cluster's
-    NICs) moves the two larger ones in their bytes' time at the ``stream`` rate less
-    the same number of free bytes, above the 8 B round trip: ``scaleout_burst_bytes``
-    (kept only where the two sizes agree on a depth that matters, at least a tenth of
-    the smaller message, and the smaller did pay the rate for some bytes).
+    (an 8 B ack back), each sent after 0.1 s of idle to a rank already waiting: a NIC
+    whose first bytes after an idle spell pass at once (a token bucket, as tc's ``tbf``
+    shapes the emulated cluster's NICs) moves the two larger ones in their bytes' time
+    at the ``stream`` rate less the same number of free bytes, above the 8 B round trip:
+    ``scaleout_burst_bytes`` (kept only where the two sizes agree on a depth that
+    matters, at least a tenth of the smaller message, and the smaller did pay the rate
+    for some bytes).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -60,9 +61,8 @@ Nothing is taken from the collectives the profile is used to predict. The points
     window memory until that partner's flag shows, both of a pair at once, for k = 0,
     1, ... in turn; the time per step. This is how NVRAR's cpu backend
     (:mod:`commbench.kernels.nvrar.cpu`) moves its cells and waits for them; ``put_us``
-    is what a step costs above a two-sided message. (A put-and-answer ping-pong reads
-    less than half of this on the emulated cluster: both puts of a pair at once need
-    both progress engines.)
+    is what a step costs above a two-sided message. (A put-and-answer ping-pong's
+    one-way time is about half of this on the emulated cluster.)
 ``put-exchange``
     every rank paired with the rank of its index on another node puts ``--bytes`` of
     8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
@@ -578,9 +578,10 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     ``t_k / (k t_1) - 1`` over ``k - 1``; ``msg_us`` = the slope of the ``post`` times
     over n; ``exchange_GBps`` = one direction's bytes over the ``exchange`` time less one
     latency (only where it is below one NIC's stream: otherwise an exchange costs what a
-    one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two posts; ``put_us`` =
-    one step of 8 B puts both ways (the ``put`` point) less that latency (what NVRAR's inter-node steps pay above
-    a message).
+    one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two
+    posts; ``put_us`` = one step of 8 B puts both ways (the ``put`` point) less that
+    latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
+    = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
