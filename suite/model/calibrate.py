@@ -78,6 +78,7 @@ Fitting and writing are pure functions (:func:`fit`, :func:`profile_data`,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -323,73 +324,97 @@ def butterfly_partners(rank: int, nodes: int, g: int) -> list[int]:
     return [((node ^ (1 << k)) * g + local) for k in range(p2.bit_length() - 1)]
 
 
+@contextlib.contextmanager
+def _rail_window(comm, g: int, nwords: int):
+    """``(win, words)``: an MPI RMA window of ``nwords`` zeroed 64-bit words over this
+    rank's rail (:func:`_rail`), passively locked for its life, as NVRAR's cpu backend
+    keeps its windows. Collective (over ``comm``) on entry and exit."""
+    from mpi4py import MPI
+
+    rail = _rail(comm, g)
+    win = MPI.Win.Allocate(8 * nwords, 8, comm=rail)
+    try:
+        words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:nwords]
+        words[:] = 0
+        comm.Barrier()
+        win.Lock_all(MPI.MODE_NOCHECK)
+        try:
+            yield win, words
+        finally:
+            comm.Barrier()
+            win.Unlock_all()
+    finally:
+        win.Free()
+        rail.Free()
+
+
+def _poll(win, arrived, pending: list, deadline: float, what: str) -> None:
+    """Wait until ``arrived()`` as NVRAR's cpu backend waits for its cells:
+    ``Win.Sync`` then the check; while its own puts are in flight a rank tests them (MPI
+    progress pushes them out) and yields, otherwise it yields for
+    :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls and then sleeps 20 us
+    (the backend's default ``poll_sleep_us``) between polls. ``TimeoutError`` naming
+    ``what`` after ``deadline`` (``time.monotonic()``)."""
+    from mpi4py import MPI
+
+    from commbench.kernels.nvrar.cpu import YIELD_POLLS
+
+    polls = 0
+    while True:
+        win.Sync()
+        if arrived():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"put microbenchmark: {what} did not arrive in time (one-sided MPI does "
+                "not progress on this transport)"
+            )
+        if pending and MPI.Request.Testall(pending):
+            pending.clear()
+        polls += 1
+        if pending or polls <= YIELD_POLLS:
+            os.sched_yield()
+        else:
+            time.sleep(20e-6)
+
+
 def _put_rounds(comm, g: int, reps: int, calls: int, timeout_s: float = 60.0) -> float:
     """Seconds of one step of NVRAR's inter-node recursive doubling with nothing to
     reduce: every rank puts an 8 B flag into its step partner's window
     (:func:`butterfly_partners`) and polls its own until the partner's shows, both of a
     pair at once, step after step (median over ``reps`` rounds of ``calls`` calls, the
-    slowest rank, per step). Put and poll as NVRAR's cpu backend does (``Rput`` into a
-    passively locked window, ``Win.Sync`` + test of the own puts + yield, sleeping
-    after :data:`~commbench.kernels.nvrar.cpu.YIELD_POLLS` empty polls; a call's puts
-    completed at its end). Collective."""
+    slowest rank, per step). ``Rput`` into a :func:`_rail_window`, waiting by
+    :func:`_poll`; a call's puts completed at its end. Collective."""
     from mpi4py import MPI
 
-    from commbench.kernels.nvrar.cpu import YIELD_POLLS
-
-    rail = _rail(comm, g)
     partners = [peer // g for peer in butterfly_partners(comm.rank, comm.size // g, g)]
     nsteps = max(len(butterfly_partners(0, comm.size // g, g)), 1)
-    win = MPI.Win.Allocate(8 * nsteps, 8, comm=rail)
-    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:nsteps]
-    words[:] = 0
-    comm.Barrier()
-    win.Lock_all(MPI.MODE_NOCHECK)
     src = np.zeros(nsteps, dtype=np.uint64)
     pending: list = []
     seq = [0]
+    with _rail_window(comm, g, nsteps) as (win, words):
 
-    def see(k: int, value: int, peer: int) -> None:
-        deadline = time.monotonic() + timeout_s
-        polls = 0
-        while True:
-            win.Sync()
-            if int(words[k]) >= value:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"put microbenchmark: rank {comm.rank} saw no put from node {peer} in "
-                    f"{timeout_s:g} s (one-sided MPI does not progress on this transport)"
-                )
-            if pending and MPI.Request.Testall(pending):
-                pending.clear()
-            polls += 1
-            if pending or polls <= YIELD_POLLS:
-                os.sched_yield()
-            else:
-                time.sleep(20e-6)  # the cpu backend's default poll_sleep_us
+        def body() -> None:
+            for _ in range(calls):
+                seq[0] += 1
+                for k, peer in enumerate(partners):
+                    src[k] = seq[0]
+                    pending.append(win.Rput([src[k : k + 1], MPI.UINT64_T], peer,
+                                            target=(k, 1, MPI.UINT64_T)))  # fmt: skip
+                    flag = seq[0]
+                    _poll(win, lambda k=k, flag=flag: int(words[k]) >= flag, pending,
+                          time.monotonic() + timeout_s,
+                          f"rank {comm.rank}'s flag from node {peer}")  # fmt: skip
+                if pending:
+                    MPI.Request.Waitall(pending)
+                    pending.clear()
 
-    def body() -> None:
-        for _ in range(calls):
-            seq[0] += 1
-            for k, peer in enumerate(partners):
-                src[k] = seq[0]
-                pending.append(win.Rput([src[k : k + 1], MPI.UINT64_T], peer,
-                                        target=(k, 1, MPI.UINT64_T)))  # fmt: skip
-                see(k, seq[0], peer)
+        try:
+            body()  # warm-up: connections
+            return _median_round(comm, body, reps) / (calls * nsteps)
+        finally:
             if pending:
                 MPI.Request.Waitall(pending)
-                pending.clear()
-
-    try:
-        body()  # warm-up: connections
-        return _median_round(comm, body, reps) / (calls * nsteps)
-    finally:
-        if pending:
-            MPI.Request.Waitall(pending)
-        comm.Barrier()
-        win.Unlock_all()
-        win.Free()
-        rail.Free()
 
 
 def _put_exchange(comm, g: int, pairs: list[tuple[int, int]], nbytes: int, reps: int,
@@ -397,57 +422,39 @@ def _put_exchange(comm, g: int, pairs: list[tuple[int, int]], nbytes: int, reps:
     """Seconds for every pair to put ``nbytes`` of 8-byte cells into each other's window
     at once and see all of the partner's, the slowest pair (median over ``reps`` rounds).
     As NVRAR's cpu backend moves a step's cells: ``Rput`` per chunk (its cpu tuning
-    table's chunk for that payload) into a passively locked window over the rail (the
-    ranks of one local index), the receiver polling the last cell of each chunk for the
-    round's flag (``Win.Sync``, yielding). Collective."""
+    table's chunk for that payload) into a :func:`_rail_window`, the receiver waiting
+    (:func:`_poll`) for the last cell of each chunk to carry the round's flag.
+    Collective."""
     from mpi4py import MPI
 
     from commbench.kernels.nvrar.tuning import chunk_bounds, load_table
 
     ncells = max(1, nbytes // 8)
     chunks = chunk_bounds(ncells, load_table("cpu").lookup(4 * ncells).chunk_cells())
-    rail = _rail(comm, g)
-    win = MPI.Win.Allocate(8 * ncells, 8, comm=rail)
-    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:ncells]
-    words[:] = 0
-    comm.Barrier()
-    win.Lock_all(MPI.MODE_NOCHECK)
     src = np.zeros(ncells, dtype=np.uint64)
     peer = {a: b for a, b in pairs} | {b: a for a, b in pairs}
     peer = peer.get(comm.rank)
     peer = None if peer is None else peer // g  # its rank in the rail
     seq = [0]
     u64 = MPI.UINT64_T
+    with _rail_window(comm, g, ncells) as (win, words):
 
-    def body() -> None:
-        if peer is None:
-            return
-        seq[0] += 1
-        src[:] = seq[0]
-        pending = [win.Rput([src[a:b], u64], peer, target=(a, b - a, u64)) for a, b in chunks]
-        deadline = time.monotonic() + timeout_s
-        for _a, b in chunks:
-            while True:
-                win.Sync()
-                if int(words[b - 1]) >= seq[0]:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"put microbenchmark: rank {comm.rank} saw no put from node {peer} "
-                        f"in {timeout_s:g} s (one-sided MPI does not progress here)"
-                    )
-                MPI.Request.Testall(pending)
-                os.sched_yield()
-        MPI.Request.Waitall(pending)
+        def body() -> None:
+            if peer is None:
+                return
+            seq[0] += 1
+            flag = seq[0]
+            src[:] = flag
+            pending = [win.Rput([src[a:b], u64], peer, target=(a, b - a, u64))
+                       for a, b in chunks]  # fmt: skip
+            deadline = time.monotonic() + timeout_s
+            for _a, b in chunks:
+                _poll(win, lambda b=b: int(words[b - 1]) >= flag, pending, deadline,
+                      f"rank {comm.rank}'s cells from node {peer}")  # fmt: skip
+            MPI.Request.Waitall(pending)
 
-    try:
         body()  # warm-up: connections
         return _median_round(comm, body, reps)
-    finally:
-        comm.Barrier()
-        win.Unlock_all()
-        win.Free()
-        rail.Free()
 
 
 def _rail(comm, g: int):
