@@ -54,6 +54,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``post``
     rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
     slope is the host cost per posted message.
+
+Both post as the implementations do: persistent requests bound once and started
+together (``Startall``/``Waitall``), not one ``Isend``, ``Irecv`` and ``Wait`` per
+message, whose Python the implementations' bound plans do not pay.
 ``put``
     one step of NVRAR's inter-node recursive doubling with 8 B and nothing to reduce:
     every rank puts an 8-byte cell (its flag) into the MPI RMA window (passive target,
@@ -269,48 +273,77 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
     return _median_round(comm, body, reps)
 
 
+def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
+    """Persistent requests for ``(peer, buffer)`` receives and sends (receives first),
+    started together with ``Startall`` as the implementations' bound plans post
+    (``kernels.transport.bind_posts``): a point measured with ``Isend``/``Irecv`` and one
+    ``Wait`` each pays ~20-40 us of Python per round on the oversubscribed emulated
+    cluster that no implementation pays."""
+    reqs = [comm.Recv_init(buf, source=peer, tag=tag) for peer, buf in recvs]
+    return reqs + [comm.Send_init(buf, dest=peer, tag=tag) for peer, buf in sends]
+
+
+def _start_wait(reqs: list) -> None:
+    from mpi4py import MPI
+
+    MPI.Prequest.Startall(reqs)
+    MPI.Request.Waitall(reqs)
+
+
+def _free(plans: list[list]) -> None:
+    for reqs in plans:
+        for req in reqs:
+            req.Free()
+
+
 def _stage_rounds(comm, g: int, rounds: int, reps: int) -> float:
-    """Seconds per round of ``rounds`` empty rail exchanges (shift 1, 2, ... nodes)."""
+    """Seconds per round of ``rounds`` empty rail exchanges (shift 1, 2, ... nodes), each
+    round's posts bound once and started together."""
     p, rank = comm.size, comm.rank
     nodes = p // g
     node, local = divmod(rank, g)
-    empty = np.zeros(1, dtype=np.uint8)
+    empty = np.zeros(1, dtype=np.uint8)[:0]
+    plans = []
+    for k in range(rounds):
+        shift = 1 + k % (nodes - 1)
+        to = ((node + shift) % nodes) * g + local
+        frm = ((node - shift) % nodes) * g + local
+        plans.append(_persistent(comm, [(to, empty)], [(frm, empty)], tag=5))
 
     def body() -> None:
-        for k in range(rounds):
-            shift = 1 + k % (nodes - 1)
-            to = ((node + shift) % nodes) * g + local
-            frm = ((node - shift) % nodes) * g + local
-            r = comm.Irecv(empty[:0], source=frm, tag=5)
-            s = comm.Isend(empty[:0], dest=to, tag=5)
-            r.Wait()
-            s.Wait()
+        for reqs in plans:
+            _start_wait(reqs)
 
     body()
-    return _median_round(comm, body, reps) / rounds
+    secs = _median_round(comm, body, reps) / rounds
+    _free(plans)
+    return secs
 
 
 def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
-    """Seconds for ``a`` to post ``n`` 8 B sends to ``b`` (which posts ``n`` receives),
-    wait for them all and get an 8 B ack."""
+    """Seconds for ``a`` to start ``n`` bound 8 B sends to ``b`` (which starts ``n``
+    bound receives), wait for them all and get an 8 B ack."""
     rank = comm.rank
     bufs = np.zeros((n, 8), dtype=np.uint8)
     ack = np.zeros(8, dtype=np.uint8)
+    reqs = []
+    if rank == a:
+        reqs = _persistent(comm, [(b, bufs[i]) for i in range(n)], [], tag=6)
+    elif rank == b:
+        reqs = _persistent(comm, [], [(a, bufs[i]) for i in range(n)], tag=6)
 
     def body() -> None:
         if rank == a:
-            reqs = [comm.Isend(bufs[i], dest=b, tag=6) for i in range(n)]
-            for r in reqs:
-                r.Wait()
+            _start_wait(reqs)
             comm.Recv(ack, source=b, tag=7)
         elif rank == b:
-            reqs = [comm.Irecv(bufs[i], source=a, tag=6) for i in range(n)]
-            for r in reqs:
-                r.Wait()
+            _start_wait(reqs)
             comm.Send(ack, dest=a, tag=7)
 
     body()
-    return _median_round(comm, body, reps)
+    secs = _median_round(comm, body, reps)
+    _free([reqs])
+    return secs
 
 
 def butterfly_partners(rank: int, nodes: int, g: int) -> list[int]:
