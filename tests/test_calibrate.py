@@ -200,8 +200,8 @@ def test_busy_pairs_keep_every_rank_paired_once():
 def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     out = tmp_path / "cal" / "here.toml"
     proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out", str(out),
-                       "--bytes", "64K", "--incast-bytes", "16K", "--reps", "2",
-                       "--stage-rounds", "4"], timeout=180)  # fmt: skip
+                       "--bytes", "64K", "--fabric-bytes", "256K", "--incast-bytes", "16K",
+                       "--reps", "2", "--stage-rounds", "4"], timeout=180)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     prof = parse_profile(tomllib.loads(out.read_text()), out)
     assert prof.devices.gpus_per_node == 2 and prof.fabric.nics_per_node == 2
@@ -214,6 +214,8 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
             "put", "flows", "exchange", "put-exchange", "burst", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
+    for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
+        assert set(df[df["kind"] == kind]["bytes"]) == {64 << 10, 256 << 10}
     # the profile drives the model and the run (FAST's stage cost, said in the record)
     model = tmp_path / "model.jsonl"
     assert main(["simulate", "alltoallv", "--system", str(out), "--servers", "2", "--size",
@@ -351,6 +353,50 @@ def test_the_cap_follows_the_flows_per_nic():
     )
     with pytest.raises(ValueError, match="increasing flow counts"):
         one_flow.with_(fabric_flows=((2, 0.05), (1, 0.06)))
+
+
+def test_the_cap_follows_the_bytes_per_nic_between_measured_sizes():
+    mib = 1 << 20
+    sized = fabric(gpus_per_node=2, fabric_GBps=0.067).with_(
+        fabric_flows=((1, 0.067, mib), (6, 0.054, mib), (1, 0.070, 4 * mib), (6, 0.060, 4 * mib))
+    )
+    assert sized.cap_GBps(6, mib) == pytest.approx(0.054)
+    assert sized.cap_GBps(6, 4 * mib) == pytest.approx(0.060)
+    assert sized.cap_GBps(6, 2 * mib) == pytest.approx(0.057)  # halfway on a log axis
+    assert sized.cap_GBps(6, 64 * mib) == pytest.approx(0.060)  # flat beyond the sizes
+    assert sized.cap_GBps(6, 1024) == pytest.approx(0.054)
+    assert sized.cap_GBps(6) == pytest.approx(0.054)  # no size: the smallest one's curve
+    # a uniform 4 MiB fan-out on 4x2 (3 MiB per NIC crosses) reads between the curves
+    traffic = np.full((8, 8), 512 << 10)
+    np.fill_diagonal(traffic, 0)
+    cross = float((512 << 10) * 8 * 6)
+    assert a2a_model.fanout(traffic, sized).time_us >= cross / (sized.cap_GBps(6, 3 * mib) * 1e3)
+    assert a2a_model.fanout(traffic, sized).time_us < cross / (0.054 * 1e3)
+    for bad in (((1, 0.067, mib), (6, 0.054)), ((1, 0.067, 0),), ((1, 0.067, mib, 1),)):
+        with pytest.raises(ValueError, match="triples"):
+            sized.with_(fabric_flows=bad)
+
+
+def test_fit_writes_one_flows_curve_per_measured_size():
+    mib = 1 << 20
+    pts = points(cap=0.02, flows={2: 0.015})
+    lat = next(q for q in pts if q["kind"] == "pingpong-all" and q["tier"] == "scaleout")
+    for k, rate in ((1, 0.022), (2, 0.018)):  # the same points at 4 MiB per rank
+        kind, peers = ("allnics", 4) if k == 1 else ("flows", k)
+        us = lat["time_us"] + 4 * mib * 4 / (rate * 1e3)
+        pts.append(dict(kind=kind, tier="scaleout", peers=peers, bytes=4 * mib, reps=5,
+                        time_us=us, GBps=None))  # fmt: skip
+    c, why = cal.fit(pts, gpus_per_node=2, nranks=4)
+    s = next(q["bytes"] for q in pts if q["kind"] == "stream" and q["tier"] == "scaleout")
+    assert c["fabric_flows_GBps"] == [
+        [1, pytest.approx(0.02, rel=1e-3), s], [2, pytest.approx(0.015, rel=1e-3), s],
+        [1, pytest.approx(0.022, rel=1e-3), 4 * mib], [2, pytest.approx(0.018, rel=1e-3), 4 * mib],
+    ]  # fmt: skip
+    assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)  # the --bytes point's
+    assert "one curve per size" in why["fabric_flows_GBps"]
+    fabric(gpus_per_node=2, fabric_GBps=0.02).with_(fabric_flows=c["fabric_flows_GBps"])
+    assert cal.fabric_sizes(mib, 4 * mib) == [mib, 4 * mib]
+    assert cal.fabric_sizes(mib, mib) == cal.fabric_sizes(mib, 0) == [mib]
 
 
 def test_mpi_models_follow_open_mpi_tuned_choices():

@@ -143,7 +143,7 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
 
     def wire(b: float, concurrent: int, exchange: bool = False) -> float:
         b = max(b - free, 0.0)
-        t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b))
+        t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b, nic_bytes=b))
         return float(max(t, fabric.exchange_time_us(b)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
@@ -189,7 +189,9 @@ def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, floa
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
     paid = max(seg - free, 0.0)
-    hop = float(max(fabric.nic_time_us(paid), fabric.fabric_time_us((nodes - 1) * paid)))
+    hop = float(
+        max(fabric.nic_time_us(paid), fabric.fabric_time_us((nodes - 1) * paid, nic_bytes=s))
+    )
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     return "chain", lat, (nodes - 1 + nseg - 1) * hop, 0.0
 
@@ -309,7 +311,9 @@ def _link(
     ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``).
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
-    wire = np.maximum(fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid))
+    wire = np.maximum(
+        fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid, nic_bytes=paid)
+    )
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     return post_us + np.where(

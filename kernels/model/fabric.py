@@ -31,7 +31,11 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   refines it by the number of concurrent flows: ``(flows per NIC, GB/s)`` points (every
   rank streaming to k remote ranks at once, ``commbench calibrate``'s ``flows`` points);
   a step's cap is the curve at its scale-out flows per sending NIC (interpolated on a log
-  axis, flat beyond the ends), e.g. where each flow costs the hosts CPU time.
+  axis, flat beyond the ends), e.g. where each flow costs the hosts CPU time. Points
+  may name the bytes each NIC sent, ``(flows, GB/s, bytes)``, one curve per size
+  (calibrate measures two): a step reads the curves at its bytes per sending NIC (log
+  axis, flat beyond), as the rate of k flows changes with their size (on the emulated
+  cluster six flows of 1 MiB in all ran ~10 % slower per byte than of 256 KiB or 4 MiB).
 * ``nic_burst_bytes``: a NIC shaped by a token bucket (the emulated cluster's tc tbf)
   passes that many bytes at once after an idle spell and refills at its rate, so a
   message's first bytes (up to what the bucket holds) cost no wire time: the all-reduce
@@ -142,16 +146,33 @@ class Fabric:
                     f"fabric: {name} must be a positive bandwidth in GB/s (got {v!r}); "
                     "fix the system profile or the command-line override"
                 )
-        flows = tuple(tuple(float(x) for x in pair) for pair in self.fabric_flows)
+        flows = tuple(tuple(float(x) for x in point) for point in self.fabric_flows)
         object.__setattr__(self, "fabric_flows", flows)
-        for pair in flows:
-            if len(pair) != 2 or not pair[0] >= 1 or not 0 < pair[1] < math.inf:
+        widths = {len(point) for point in flows}
+        if flows and (
+            len(widths) > 1
+            or widths - {2, 3}
+            or not all(pt[0] >= 1 and 0 < pt[1] < math.inf for pt in flows)
+            or not all(pt[2] > 0 for pt in flows if len(pt) == 3)
+        ):
+            raise ValueError(
+                "fabric: fabric_flows must be (flows per NIC >= 1, GB/s > 0) pairs, or "
+                f"(flows, GB/s, bytes per NIC > 0) triples (got {self.fabric_flows!r})"
+            )
+        curves: dict[float, list[tuple[float, ...]]] = {}
+        for point in flows:  # one curve per size (pairs: one, under 0)
+            curves.setdefault(point[2] if len(point) == 3 else 0.0, []).append(point[:2])
+        for curve in curves.values():
+            if [k for k, _ in curve] != sorted({k for k, _ in curve}):
                 raise ValueError(
-                    "fabric: fabric_flows must be (flows per NIC >= 1, GB/s > 0) pairs "
-                    f"(got {self.fabric_flows!r})"
+                    "fabric: fabric_flows must be in increasing flow counts, once each (per size)"
                 )
-        if [k for k, _ in flows] != sorted({k for k, _ in flows}):
-            raise ValueError("fabric: fabric_flows must be in increasing flow counts, once each")
+        # read by cap_GBps at every modelled step: log sizes, and per size log flows, rates
+        object.__setattr__(self, "_flow_caps", tuple(
+            (math.log(size) if size > 0 else 0.0, np.log([k for k, _ in curve]),
+             np.array([r for _, r in curve]))
+            for size, curve in sorted(curves.items())
+        ))  # fmt: skip
         for name in (
             "nic_us",
             "scaleup_us",
@@ -189,19 +210,27 @@ class Fabric:
         """Time for ``nbytes`` from one GPU to one peer of its node (port and link)."""
         return nbytes / (min(self.scaleup_GBps, self.scaleup_peer_GBps) * _BYTES_PER_US)
 
-    def cap_GBps(self, flows_per_nic: float = 1.0) -> float:
+    def cap_GBps(self, flows_per_nic: float = 1.0, nic_bytes: float | None = None) -> float:
         """The switch-crossing rate of all NICs together when each sending NIC carries
-        ``flows_per_nic`` concurrent flows (``fabric_flows``, else ``fabric_GBps``)."""
+        ``flows_per_nic`` concurrent flows of ``nic_bytes`` in all (``fabric_flows``, else
+        ``fabric_GBps``). Each measured size's curve is read at the flow count (on a log
+        axis, flat beyond its ends); between sizes the rate is interpolated on a log axis
+        of the bytes (flat beyond them; the smallest size when ``nic_bytes`` is None)."""
         if not self.fabric_flows:
             return self.fabric_GBps
-        ks = np.log([k for k, _ in self.fabric_flows])
-        rates = [r for _, r in self.fabric_flows]
-        return float(np.interp(math.log(max(flows_per_nic, 1.0)), ks, rates))
+        x = math.log(max(flows_per_nic, 1.0))
+        caps = self._flow_caps
+        if len(caps) == 1 or nic_bytes is None or not nic_bytes > 0:
+            return float(np.interp(x, caps[0][1], caps[0][2]))
+        rates = [float(np.interp(x, ks, rs)) for _, ks, rs in caps]
+        return float(np.interp(math.log(nic_bytes), [size for size, _, _ in caps], rates))
 
-    def fabric_time_us(self, nbytes, flows_per_nic: float = 1.0) -> np.ndarray | float:
+    def fabric_time_us(
+        self, nbytes, flows_per_nic: float = 1.0, nic_bytes: float | None = None
+    ) -> np.ndarray | float:
         """Time for ``nbytes`` through the switch, all NICs together, each sending NIC
-        with ``flows_per_nic`` flows (0 when uncapped)."""
-        return nbytes / (self.cap_GBps(flows_per_nic) * _BYTES_PER_US)
+        with ``flows_per_nic`` flows of ``nic_bytes`` in all (0 when uncapped)."""
+        return nbytes / (self.cap_GBps(flows_per_nic, nic_bytes) * _BYTES_PER_US)
 
     def exchange_time_us(self, nbytes, rate_GBps: float | None = None) -> np.ndarray | float:
         """Time for ``nbytes`` one way of an exchange with one peer (both ways at once), at
@@ -309,8 +338,11 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
     if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
-        per_nic = src.size / np.unique(src).size  # concurrent flows per sending NIC
-        duration = np.maximum(duration, fabric.fabric_time_us(nb.sum(), per_nic))
+        senders = np.unique(src).size
+        per_nic = src.size / senders  # concurrent flows per sending NIC
+        duration = np.maximum(
+            duration, fabric.fabric_time_us(nb.sum(), per_nic, nb.sum() / senders)
+        )
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:

@@ -27,6 +27,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
     (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
     destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
     reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
+    Both again with ``--fabric-bytes`` (4 MiB) per rank: one curve per size, as the rate
+    of k flows changes with their bytes (on the emulated cluster six flows of 1 MiB in
+    all ran ~10 % slower per byte than of 4 MiB, so a 4 MiB fan-out read from the 1 MiB
+    curve alone was modelled 1.15-1.18x too slow).
 ``exchange``
     every rank exchanges ``--bytes`` with the rank of its index on node ``n ^ 1`` at once
     (both directions of one pair at the same time, as recursive doubling's and
@@ -513,6 +517,12 @@ def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     return statistics.median(times[1:])
 
 
+def fabric_sizes(nbytes: int, fabric_bytes: int) -> list[int]:
+    """The bytes per rank of the ``allnics`` and ``flows`` points: ``--bytes`` and, where
+    it differs and is not 0, ``--fabric-bytes``."""
+    return [nbytes] + ([fabric_bytes] if fabric_bytes and fabric_bytes != nbytes else [])
+
+
 def flow_counts(remote: int) -> list[int]:
     """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks), and
     ``remote`` itself (k = 1 is the ``allnics`` point)."""
@@ -569,9 +579,10 @@ def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     if nodes > 1:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
-        add("allnics", "scaleout", p, nbytes, _exchange(comm, rail, nbytes, reps), reps)
-        for k in flow_counts(p - g):
-            add("flows", "scaleout", k, nbytes, _flows(comm, g, k, nbytes, reps), reps)
+        for size in fabric_sizes(nbytes, opts["fabric_bytes"]):
+            add("allnics", "scaleout", p, size, _exchange(comm, rail, size, reps), reps)
+            for k in flow_counts(p - g):
+                add("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
         pairs = {}
         for a, b in busy_pairs(p, g, "scaleout"):
             pairs[a], pairs[b] = (b, b), (a, a)
@@ -670,16 +681,25 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once: "
             f"{agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
         )
-    curve = [(1, agg)] + [
-        (q["peers"], q["bytes"] * nranks / max(q["time_us"] - lat, 1e-3) / 1e3)
-        for q in sorted((q for q in points if q["kind"] == "flows"), key=lambda q: q["peers"])
-    ]
-    if len(curve) > 1 and min(r for _, r in curve) < nic * nranks * 0.95:
-        c["fabric_flows_GBps"] = [[k, _round(r)] for k, r in curve]
+    curve = [  # (k, GB/s, bytes per rank): allnics is k = 1
+        (1 if q["kind"] == "allnics" else q["peers"],
+         q["bytes"] * nranks / max(q["time_us"] - lat, 1e-3) / 1e3, q["bytes"])
+        for q in points if q["kind"] in ("allnics", "flows")
+    ]  # fmt: skip
+    curve.sort(key=lambda x: (x[2], x[0]))
+    sizes = sorted({b for _, _, b in curve})
+    if len(curve) > len(sizes) and min(r for _, r, _ in curve) < nic * nranks * 0.95:
+        c["fabric_flows_GBps"] = (
+            [[k, _round(r), b] for k, r, b in curve]
+            if len(sizes) > 1
+            else [[k, _round(r)] for k, r, _ in curve]
+        )
+        ks = sorted({k for k, _, _ in curve})
         why["fabric_flows_GBps"] = (
-            f"all {nranks} ranks streaming {every['bytes']} B each at once, split over k "
-            f"ranks of other nodes (k = {', '.join(str(k) for k, _ in curve)}; k = 1 the "
-            "allnics point): the bytes of all over each time less one latency"
+            f"all {nranks} ranks streaming {' and '.join(str(b) for b in sizes)} B each at "
+            f"once, split over k ranks of other nodes (k = {', '.join(str(k) for k in ks)}; "
+            "k = 1 the allnics point): the bytes of all over each time less one latency"
+            + (" (one curve per size: [k, GB/s, bytes per rank])" if len(sizes) > 1 else "")
         )
     busy = min(nic, agg / nranks)  # one rank's one-way stream with every rank streaming
     for kind, key, ref, than, how in (
@@ -897,6 +917,9 @@ def add_arguments(p) -> None:
     p.add_argument("--gpus-per-node", type=int, default=None,
                    help="ranks per node (default: ranks sharing a host)")  # fmt: skip
     p.add_argument("--bytes", default="1M", help="stream, all-NICs and reduction size (1M)")
+    p.add_argument("--fabric-bytes", default="4M",
+                   help="a second size for the all-NICs and flows points (4M; 0: none): the "
+                   "cap's rate by bytes per NIC")  # fmt: skip
     p.add_argument("--incast-bytes", default="256K", help="bytes per incast sender (256K)")
     p.add_argument("--reps", type=int, default=5, help="rounds per point, median kept (5)")
     p.add_argument("--stage-rounds", type=int, default=20, help="empty rounds per stage point")
@@ -932,6 +955,7 @@ def check_arguments(args) -> tuple[dict, dict]:
     opts = {
         "bytes": parse_size(args.bytes),
         "incast_bytes": parse_size(args.incast_bytes),
+        "fabric_bytes": parse_size(args.fabric_bytes),
         "reps": args.reps,
         "stage_rounds": args.stage_rounds,
         "dtype": parse_dtype(args.datatype),
