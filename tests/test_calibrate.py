@@ -372,6 +372,17 @@ def test_the_cap_follows_the_bytes_per_nic_between_measured_sizes():
     cross = float((512 << 10) * 8 * 6)
     assert a2a_model.fanout(traffic, sized).time_us >= cross / (sized.cap_GBps(6, 3 * mib) * 1e3)
     assert a2a_model.fanout(traffic, sized).time_us < cross / (0.054 * 1e3)
+    # per-flow sizes (an all-reduce step's messages): one cap each
+    caps = sized.cap_GBps(1, np.array([mib, 4 * mib]))
+    assert caps == pytest.approx([0.067, 0.070])
+    # the all-reduce models run on it, between what each size's curve alone gives
+    one = {b: fabric(gpus_per_node=2, fabric_GBps=0.067).with_(
+        fabric_flows=[(k, r) for k, r, size in sized.fabric_flows if size == b])
+        for b in (mib, 4 * mib)}  # fmt: skip
+    for model in (ar_model.ring, ar_model.recursive_doubling, ar_model.rabenseifner,
+                  ar_model.nvrar, ar_model.mpi):  # fmt: skip
+        t = model(2 * mib, 4, sized).time_us
+        assert model(2 * mib, 4, one[4 * mib]).time_us <= t <= model(2 * mib, 4, one[mib]).time_us
     for bad in (((1, 0.067, mib), (6, 0.054)), ((1, 0.067, 0),), ((1, 0.067, mib, 1),)):
         with pytest.raises(ValueError, match="triples"):
             sized.with_(fabric_flows=bad)

@@ -210,7 +210,7 @@ class Fabric:
         """Time for ``nbytes`` from one GPU to one peer of its node (port and link)."""
         return nbytes / (min(self.scaleup_GBps, self.scaleup_peer_GBps) * _BYTES_PER_US)
 
-    def cap_GBps(self, flows_per_nic: float = 1.0, nic_bytes: float | None = None) -> float:
+    def cap_GBps(self, flows_per_nic: float = 1.0, nic_bytes=None) -> float | np.ndarray:
         """The switch-crossing rate of all NICs together when each sending NIC carries
         ``flows_per_nic`` concurrent flows of ``nic_bytes`` in all (``fabric_flows``, else
         ``fabric_GBps``). Each measured size's curve is read at the flow count (on a log
@@ -220,13 +220,15 @@ class Fabric:
             return self.fabric_GBps
         x = math.log(max(flows_per_nic, 1.0))
         caps = self._flow_caps
-        if len(caps) == 1 or nic_bytes is None or not nic_bytes > 0:
+        if len(caps) == 1 or nic_bytes is None:
             return float(np.interp(x, caps[0][1], caps[0][2]))
         rates = [float(np.interp(x, ks, rs)) for _, ks, rs in caps]
-        return float(np.interp(math.log(nic_bytes), [size for size, _, _ in caps], rates))
+        at = np.log(np.maximum(nic_bytes, 1.0))  # an array where the caller has one per flow
+        cap = np.interp(at, [size for size, _, _ in caps], rates)
+        return float(cap) if np.ndim(cap) == 0 else cap
 
     def fabric_time_us(
-        self, nbytes, flows_per_nic: float = 1.0, nic_bytes: float | None = None
+        self, nbytes, flows_per_nic: float = 1.0, nic_bytes=None
     ) -> np.ndarray | float:
         """Time for ``nbytes`` through the switch, all NICs together, each sending NIC
         with ``flows_per_nic`` flows of ``nic_bytes`` in all (0 when uncapped)."""
