@@ -217,8 +217,11 @@ def rows_of(shape: str, queue: str, measured: list[dict], model: list[dict]) -> 
     return rows
 
 
-def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args) -> list[dict]:
-    """Bring a cluster up, calibrate, measure and model ``jobs`` on it, take it down."""
+def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
+                kept: list[dict]) -> None:  # fmt: skip
+    """Bring a cluster up, calibrate, measure and model ``jobs`` on it, take it down.
+    Each job's rows go into ``kept`` as soon as they are modelled, so a later job's failure
+    loses none of them."""
     prof = load_emulated_profile(QUEUES[queue])
     spec = ClusterSpec(prefix=args.prefix, nodes=nodes, ranks_per_node=rpn,
                        nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
@@ -229,7 +232,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args) 
     if netns.namespaces_with_prefix(args.prefix):
         netns.remove(args.prefix, folder)
     netns.up(spec, folder)
-    rows: list[dict] = []
+    mine: list[dict] = []
     flow = "lossy" if queue == "shallow" else "lossless"
     try:
         profile = calibrate(args.prefix, args.out / f"profile-{tag}.toml", flow, args.timeout)
@@ -247,7 +250,9 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args) 
                     measured += recs
             model = modelled(profile, collective, nodes, impls, sizes, workloads, args.seed,
                              args.out / f"model-{tag}-{collective}.jsonl")  # fmt: skip
-            rows += rows_of(shape, queue, measured, model)
+            rows = rows_of(shape, queue, measured, model)
+            kept += rows
+            mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
             after = calibrate(args.prefix, args.out / f"profile-{tag}-after.toml", flow,
                               args.timeout)  # fmt: skip
@@ -255,12 +260,11 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args) 
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the rows are kept
             print(f"  {tag}: the second calibration failed, no drift: {exc}", flush=True)
             moved = None
-        for r in rows:
+        for r in mine:
             r["drift"] = moved
         print(f"  {tag}: calibration drift {drift_summary(moved)}", flush=True)
     finally:
         netns.remove(args.prefix, folder)
-    return rows
 
 
 def table(df: pd.DataFrame) -> str:
@@ -431,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     try:
         for (nodes, rpn, queue), jobs in plan.items():
-            rows += run_cluster(nodes, rpn, queue, shm, jobs, args)
+            run_cluster(nodes, rpn, queue, shm, jobs, args, rows)
     finally:
         if rows:
             pd.DataFrame(rows).to_json(args.out / "rows.jsonl", orient="records", lines=True)
