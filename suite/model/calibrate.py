@@ -281,8 +281,8 @@ def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
     """Persistent requests for ``(peer, buffer)`` receives and sends (receives first),
     started together with ``Startall`` as the implementations' bound plans post
     (``kernels.transport.bind_posts``): a point measured with ``Isend``/``Irecv`` and one
-    ``Wait`` each pays ~20-40 us of Python per round on the oversubscribed emulated
-    cluster that no implementation pays."""
+    ``Wait`` each paid ~40-60 us more per empty round on the oversubscribed emulated
+    8x1 (260-300 against 210-250 us), which no implementation pays."""
     reqs = [comm.Recv_init(buf, source=peer, tag=tag) for peer, buf in recvs]
     return reqs + [comm.Send_init(buf, dest=peer, tag=tag) for peer, buf in sends]
 
