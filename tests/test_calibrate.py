@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import tomllib
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commbench.cli import main
 from commbench.jobs.profile import load_system, parse_profile
@@ -201,7 +203,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     out = tmp_path / "cal" / "here.toml"
     proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out", str(out),
                        "--bytes", "64K", "--fabric-bytes", "256K", "--incast-bytes", "16K",
-                       "--reps", "2", "--stage-rounds", "4"], timeout=180)  # fmt: skip
+                       "--reps", "2", "--passes", "2", "--stage-rounds", "4"], timeout=180)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     prof = parse_profile(tomllib.loads(out.read_text()), out)
     assert prof.devices.gpus_per_node == 2 and prof.fabric.nics_per_node == 2
@@ -214,6 +216,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
             "put", "flows", "exchange", "put-exchange", "burst", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
+    assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
     for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
         assert set(df[df["kind"] == kind]["bytes"]) == {64 << 10, 256 << 10}
     # the profile drives the model and the run (FAST's stage cost, said in the record)
@@ -235,12 +238,34 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert str(out) in rec["info"]["stage_cost"]["source"] and rec["nwrong"] == 0
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.floats(1.0, 1e6), min_size=3, max_size=3), min_size=1, max_size=5))
+def test_each_point_is_the_median_of_its_passes(times):
+    """A pass is the same list of points; the combined point's time is the median of its
+    passes' (one disturbed pass of three moves nothing), its rate from that time."""
+    template = points()[:3]
+    passes = [[{**q, "time_us": t} for q, t in zip(template, row, strict=True)] for row in times]
+    combined = cal.combine_passes(passes)
+    assert [cal._point_id(q) for q in combined] == [cal._point_id(q) for q in template]
+    for i, q in enumerate(combined):
+        column = [row[i] for row in times]
+        assert q["passes_us"] == column and q["time_us"] == pytest.approx(np.median(column))
+        assert q["GBps"] == (q["bytes"] / q["time_us"] / 1e3 if q["bytes"] else None)
+
+
+def test_passes_over_different_points_are_refused():
+    pts = points()
+    with pytest.raises(ValueError, match="different points"):
+        cal.combine_passes([pts, pts[1:]])
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--out", "{tmp}/p.txt"], "name the profile NAME.toml"),
         (["--out", "{tmp}/p.toml", "--base", "nope"], "unknown system 'nope'"),
         (["--out", "{tmp}/p.toml", "--reps", "0"], "--reps must be at least 1"),
+        (["--out", "{tmp}/p.toml", "--passes", "0"], "--passes must be at least 1"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

@@ -27,7 +27,8 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     try:
         status = validate.main(["--prefix", PREFIX, "--a2a-shapes", "2x2", "--ar-shapes", "",
                                 "--a2a-sizes", "256K", "--workloads", "zipf:0.8",
-                                "--a2a-impls", "fanout,mpi", "--iters", "2", "--timeout", "240",
+                                "--a2a-impls", "fanout,mpi", "--iters", "2", "--passes", "1",
+                                "--timeout", "240",
                                 "--out", str(out), "--doc", str(doc)])  # fmt: skip
     finally:
         netns.remove(PREFIX, netns.state_dir(PREFIX))

@@ -118,10 +118,10 @@ def _check(proc: subprocess.CompletedProcess, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {proc.returncode}): {tail}")
 
 
-def calibrate(prefix: str, out: Path, flow_control: str, timeout: float) -> Path:
+def calibrate(prefix: str, out: Path, flow_control: str, passes: int, timeout: float) -> Path:
     """Run ``commbench calibrate`` on the cluster; the profile's path."""
     proc = _cmd(prefix, ["commbench", "calibrate", "--out", str(out), "--flow-control",
-                         flow_control, "--reps", "5"], timeout)  # fmt: skip
+                         flow_control, "--reps", "5", "--passes", str(passes)], timeout)  # fmt: skip
     _check(proc, "calibrate")
     print(proc.stdout.strip(), flush=True)
     return out
@@ -235,7 +235,8 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     mine: list[dict] = []
     flow = "lossy" if queue == "shallow" else "lossless"
     try:
-        profile = calibrate(args.prefix, args.out / f"profile-{tag}.toml", flow, args.timeout)
+        profile = calibrate(args.prefix, args.out / f"profile-{tag}.toml", flow, args.passes,
+                            args.timeout)  # fmt: skip
         for collective, impls, sizes, workloads in jobs:
             out = args.out / f"measured-{tag}-{collective}.jsonl"
             measured: list[dict] = []
@@ -255,7 +256,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
             mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
             after = calibrate(args.prefix, args.out / f"profile-{tag}-after.toml", flow,
-                              args.timeout)  # fmt: skip
+                              args.passes, args.timeout)  # fmt: skip
             moved = drift(fabric_constants(profile), fabric_constants(after))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the rows are kept
             print(f"  {tag}: the second calibration failed, no drift: {exc}", flush=True)
@@ -377,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="timed calls per all-reduce launch (default --iters): its small "
                         "sizes take a few ms a call")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="interleaved launches per point")
+    p.add_argument("--passes", type=int, default=3, help="calibrate's passes (default 3)")
     p.add_argument("--seed", type=int, default=SEED, help=f"workload seed (default {SEED})")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
@@ -410,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--queues: unknown {bad[0]!r} (deep, shallow)")
         if args.ar_iters is None:
             args.ar_iters = args.iters
-        if args.iters < 1 or args.rounds < 1 or args.ar_iters < 1:
-            raise UsageError("--iters, --ar-iters and --rounds must be at least 1")
+        if min(args.iters, args.rounds, args.ar_iters, args.passes) < 1:
+            raise UsageError("--iters, --ar-iters, --rounds and --passes must be at least 1")
         for shape in (*a2a_shapes, *ar_shapes):
             ClusterSpec(prefix=args.prefix, nodes=shape[0], ranks_per_node=shape[1], nic_mbit=1)
     except UsageError as exc:

@@ -57,11 +57,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
     partner shifting every round as FAST's stages do: one stage's fixed cost.
 ``post``
     rank 0 posts n 8 B sends to a rank on another node (n = 1, 16, 64) and waits: the
-    slope is the host cost per posted message.
-
-Both post as the implementations do: persistent requests bound once and started
-together (``Startall``/``Waitall``), not one ``Isend``, ``Irecv`` and ``Wait`` per
-message, whose Python the implementations' bound plans do not pay.
+    slope is the host cost per posted message. Both ``stage`` and ``post`` post as the
+    implementations do: persistent requests bound once and started together
+    (``Startall``/``Waitall``), not one ``Isend``, ``Irecv`` and ``Wait`` per message,
+    whose Python the implementations' bound plans do not pay.
 ``put``
     one step of NVRAR's inter-node recursive doubling with 8 B and nothing to reduce:
     every rank puts an 8-byte cell (its flag) into the MPI RMA window (passive target,
@@ -79,6 +78,11 @@ message, whose Python the implementations' bound plans do not pay.
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
+
+Each point is the median of ``--reps`` rounds, and the whole list runs ``--passes`` times
+(3), seconds apart: a point's time is the median of its passes (each pass's is kept in
+the raw points, ``passes_us``), so one pass disturbed by the machine's load does not set
+a constant.
 
 Fitting and writing are pure functions (:func:`fit`, :func:`profile_data`,
 :func:`dump_toml`), tested without MPI.
@@ -115,7 +119,7 @@ def burst_sizes(nbytes: int) -> tuple[int, int, int]:
 
 
 #: what every raw point carries
-POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps")
+POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
 
 
 # ---------------------------------------------------------------- measuring (per rank)
@@ -548,7 +552,38 @@ def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
 
 def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """Every microbenchmark on ``comm`` (ranks ordered node by node, ``gpus_per_node``
-    per node); the raw points, on every rank (the same list). Collective."""
+    per node), ``opts["passes"]`` times over; the points (:func:`combine_passes`), on
+    every rank (the same list). Collective."""
+    return combine_passes([_measure_pass(comm, gpus_per_node, opts)
+                           for _ in range(opts["passes"])])  # fmt: skip
+
+
+def combine_passes(passes: list[list[dict]]) -> list[dict]:
+    """One point per microbenchmark from several passes over the same list: the median of
+    its passes' times (``passes_us`` keeps each). A pass takes tens of seconds, so a load
+    spike that slows one point for a few seconds spoils one pass of it, not the point: on
+    the emulated cluster one disturbed point per calibration (a ``flows`` point at 0.84 of
+    its rate, an ``exchange`` at 0.7) had set whole families of the validation 1.2-1.4x off.
+    """
+    first = passes[0]
+    for other in passes[1:]:
+        if [_point_id(q) for q in other] != [_point_id(q) for q in first]:
+            raise ValueError("calibrate passes measured different points")
+    points = []
+    for i, q in enumerate(first):
+        times = [pts[i]["time_us"] for pts in passes]
+        us = statistics.median(times)
+        rate = q["bytes"] / us / 1e3 if us > 0 and q["bytes"] else None
+        points.append({**q, "time_us": us, "GBps": rate, "passes_us": times})
+    return points
+
+
+def _point_id(point: dict) -> tuple:
+    return tuple(point[k] for k in ("kind", "tier", "peers", "bytes"))
+
+
+def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
+    """One pass over every microbenchmark: each point the median of its ``reps``."""
     p, g = comm.size, gpus_per_node
     nodes = p // g
     reps, nbytes, ibytes = opts["reps"], opts["bytes"], opts["incast_bytes"]
@@ -921,7 +956,10 @@ def add_arguments(p) -> None:
                    help="a second size for the all-NICs and flows points (4M; 0: none): the "
                    "cap's rate by bytes per NIC")  # fmt: skip
     p.add_argument("--incast-bytes", default="256K", help="bytes per incast sender (256K)")
-    p.add_argument("--reps", type=int, default=5, help="rounds per point, median kept (5)")
+    p.add_argument("--reps", type=int, default=5, help="rounds per point and pass, median kept (5)")
+    p.add_argument("--passes", type=int, default=3,
+                   help="passes over every point, seconds apart; each point the median of "
+                   "its passes (3)")  # fmt: skip
     p.add_argument("--stage-rounds", type=int, default=20, help="empty rounds per stage point")
     p.add_argument("--flow-control", choices=("lossless", "lossy"), default="lossless",
                    help="which incast case the measured coefficient is (default lossless)")  # fmt: skip
@@ -957,10 +995,11 @@ def check_arguments(args) -> tuple[dict, dict]:
         "incast_bytes": parse_size(args.incast_bytes),
         "fabric_bytes": parse_size(args.fabric_bytes),
         "reps": args.reps,
+        "passes": args.passes,
         "stage_rounds": args.stage_rounds,
         "dtype": parse_dtype(args.datatype),
     }
-    for key in ("bytes", "incast_bytes", "reps", "stage_rounds"):
+    for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds"):
         if opts[key] < 1:
             raise UsageError(f"--{key.replace('_', '-')} must be at least 1 (got {opts[key]})")
     return load_toml(base.path), opts
@@ -1002,7 +1041,8 @@ def run_calibrate(args) -> int:
                             args.flow_control, args.scaleout)  # fmt: skip
         text = dump_toml(data, header=(
             f"Written by `commbench calibrate` ({run}) on {topo.nodes} nodes x "
-            f"{topo.gpus_per_node} ranks;\nraw points: {points_path(out).name}. "
+            f"{topo.gpus_per_node} ranks, each point the median of {opts['passes']} "
+            f"passes of {opts['reps']} rounds;\nraw points: {points_path(out).name}. "
             "Microbenchmarks only: no collective it predicts was measured."))  # fmt: skip
         import tomllib
 
