@@ -562,8 +562,8 @@ def combine_passes(passes: list[list[dict]]) -> list[dict]:
     """One point per microbenchmark from several passes over the same list: the median of
     its passes' times (``passes_us`` keeps each). A pass takes tens of seconds, so a load
     spike that slows one point for a few seconds spoils one pass of it, not the point: on
-    the emulated cluster one disturbed point per calibration (a ``flows`` point at 0.84 of
-    its rate, an ``exchange`` at 0.7) had set whole families of the validation 1.2-1.4x off.
+    the emulated cluster one ``flows`` point read at 0.84 of its rate in the calibrations
+    before and after had set eight fan-out and ``mpi`` rows of a validation 1.2x off.
     """
     first = passes[0]
     for other in passes[1:]:
