@@ -249,7 +249,7 @@ def test_bench_tables_show_only_the_ratios_whose_rows_were_measured():
     def row(impl, us, workload="uniform"):
         return dict(shape="2x4", queue="target-deep", workload=workload, impl=impl,
                     samples_us=[us, us], nic_bytes_per_call=1.1e6, lower_bound_bytes=1e6,
-                    model_us=None, model_cal_us=None, switch_drops=0, nwrong=0)  # fmt: skip
+                    model_us=None, switch_drops=0, nwrong=0)  # fmt: skip
 
     uniform = tables(pd.DataFrame([row("fast", 400.0), row("fanout", 300.0)]))
     assert "| 2x4 | FAST vs fan-out, uniform | >= 0.9 | 0.75 |" in uniform

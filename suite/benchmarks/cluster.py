@@ -6,7 +6,11 @@ shape), it brings up its own cluster (prefix ``cbb``, a temporary state dir), ru
 all-to-allv at 4 MiB per rank, the implementations interleaved launch by launch, and
 takes it down again. Times are max over ranks per call (``--timing latency``), medians
 over the calls. NIC bytes come from the NICs' counters around each launch. The model
-column is ``commbench simulate`` on the same cluster's constants.
+column is ``commbench simulate`` on the same cluster's nominal constants (its NIC's TCP
+payload rate, the profile's stage cost), uncalibrated; ``make cluster-validate``
+(:mod:`commbench.benchmarks.validate`) predicts from a ``commbench calibrate`` profile.
+(Its earlier "calibrated" column took a switch cap from this run's own fan-out time:
+fitting, not predicting; the cap is now the measured ``fabric_GBps`` in the model.)
 
     python -m commbench.benchmarks.cluster [--rounds R] [--iters N] [--workloads uniform] [--out DIR]
 """
@@ -115,50 +119,6 @@ def modelled(spec: ClusterSpec, folder: Path, workload: str) -> dict[str, float]
     return {r["impl"]: r["time_us"] for r in map(json.loads, out.open())}
 
 
-def internode_bytes(workload: str, spec: ClusterSpec, size: int, seed: int = 1) -> int:
-    """Every byte of one call that crosses the switch (all ranks together)."""
-    from commbench.harness.workloads import generate
-
-    t = generate(workload, spec.nranks, size, seed=seed, unit=4)
-    node = np.arange(spec.nranks) // spec.ranks_per_node
-    return int(t[node[:, None] != node[None, :]].sum())
-
-
-def calibrate(rows: list[dict], spec: ClusterSpec) -> None:
-    """The model with the mechanism it lacks here: one machine-wide cap on the bytes that
-    cross the switch per second (2 shared cores carry every packet through TCP, the
-    bridge and two token buckets). Fan-out on uniform traffic reaches it; a call then
-    takes at least its switch-crossing bytes over that rate."""
-    shape = f"{spec.nodes}x{spec.ranks_per_node}"
-    mine = [r for r in rows if r["shape"] == shape]
-    ref = [r for r in mine if r["workload"] == "uniform" and r["impl"] == "fanout"]
-    if not ref:
-        return
-    cap_GBps = (
-        internode_bytes("uniform", spec, 4 << 20) / np.median([r["median_us"] for r in ref]) / 1e3
-    )
-    for r in mine:
-        floor = internode_bytes(r["workload"], spec, 4 << 20) / (cap_GBps * 1e3)
-        model = r.get("model_us")
-        r["aggregate_cap_GBps"] = cap_GBps
-        r["model_cal_us"] = max(model, floor) if model == model and model else None
-
-
-def spec_of(row: dict) -> ClusterSpec:
-    """The cluster a bench row was measured on (for the model, no namespaces needed)."""
-    nodes, rpn = map(int, row["shape"].split("x"))
-    prof = load_emulated_profile(row["queue"])
-    return ClusterSpec(prefix=PREFIX, nodes=nodes, ranks_per_node=rpn, nic_mbit=row["nic_mbit"],
-                       switch_queue=prof.switch_queue, profile=row["queue"],
-                       stage_cost_us=prof.stage_cost_us)  # fmt: skip
-
-
-def recalibrate(rows: list[dict]) -> None:
-    """The calibrated model column, from the rows alone."""
-    for shape in {r["shape"] for r in rows}:
-        calibrate(rows, spec_of(next(r for r in rows if r["shape"] == shape)))
-
-
 def run_shape(nodes: int, rpn: int, shm: float, args, rows: list[dict]) -> None:
     for profile, every_workload, impls in PLAN:
         workloads = [w for w in every_workload if not args.workloads or w in args.workloads]
@@ -199,7 +159,6 @@ def tables(df: pd.DataFrame) -> str:
         nic=("nic_bytes_per_call", "median"),
         lb=("lower_bound_bytes", "first"),
         model_us=("model_us", "first"),
-        model_cal_us=("model_cal_us", "first"),
         drops=("switch_drops", "sum"),
         wrong=("nwrong", "sum"),
     )
@@ -234,10 +193,9 @@ def tables(df: pd.DataFrame) -> str:
             lines.append(f"| {shape} | busiest NIC / lower bound, FAST (raw; per wire overhead "
                          f"{wire:.3f}) | <= 1.05 | {fast_nic:.3f}; {fast_nic / wire:.3f} |")  # fmt: skip
     lines += ["", "## Modelled vs measured (ms; model = commbench simulate at the NIC's TCP "
-              "payload rate; calibrated = that, or the switch-crossing bytes over the "
-              "machine-wide rate fan-out reached on uniform traffic, whichever is longer)", "",
-              "| shape | workload (queue) | impl | measured | modelled | mod/meas | calibrated "
-              "| cal/meas | drops |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "payload rate, uncalibrated; the calibrated prediction is make cluster-validate's)",
+              "", "| shape | workload (queue) | impl | measured | modelled | mod/meas | drops |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def cell(model, measured) -> tuple[str, str]:
         if not (model == model and model):  # NaN or None: not modelled
@@ -246,9 +204,8 @@ def tables(df: pd.DataFrame) -> str:
 
     for (shape, queue, wl, impl), row in med.iterrows():
         m, mr = cell(row.model_us, row.median_us)
-        c, cr = cell(row.get("model_cal_us"), row.median_us)
         lines.append(f"| {shape} | {wl} ({queue}) | {impl} | {row.median_us / 1e3:.1f} | {m} "
-                     f"| {mr} | {c} | {cr} | {int(row.drops)} |")  # fmt: skip
+                     f"| {mr} | {int(row.drops)} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -264,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tables", type=Path, default=None, help="only redraw a bench.jsonl's tables")
     args = p.parse_args(argv)
     if args.tables:
-        rows = pd.read_json(args.tables, lines=True).to_dict("records")
-        recalibrate(rows)
-        print(tables(pd.DataFrame(rows)))
+        print(tables(pd.read_json(args.tables, lines=True)))
         return 0
     if args.iters < 5 or args.rounds < 1:
         p.error("--iters must be at least 5 and --rounds at least 1")
@@ -280,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for nodes, rpn in SHAPES:
             run_shape(nodes, rpn, shm, args, rows)
-        recalibrate(rows)
     finally:
         if rows:
             pd.DataFrame(rows).to_json(args.out / "bench.jsonl", orient="records", lines=True)
