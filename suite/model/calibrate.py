@@ -573,9 +573,13 @@ def combine_passes(passes: list[list[dict]]) -> list[dict]:
     for i, q in enumerate(first):
         times = [pts[i]["time_us"] for pts in passes]
         us = statistics.median(times)
-        rate = q["bytes"] / us / 1e3 if us > 0 and q["bytes"] else None
-        points.append({**q, "time_us": us, "GBps": rate, "passes_us": times})
+        points.append({**q, "time_us": us, "GBps": _GBps(q["bytes"], us), "passes_us": times})
     return points
+
+
+def _GBps(nbytes: int, us: float) -> float | None:
+    """A point's rate in GB/s; None where it moved no bytes (or took no time)."""
+    return nbytes / us / 1e3 if us > 0 and nbytes else None
 
 
 def _point_id(point: dict) -> tuple:
@@ -591,9 +595,8 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
 
     def add(kind: str, tier: str, peers: int, size: int, seconds: float, n_reps: int) -> None:
         us = seconds * 1e6
-        rate = size / seconds / 1e9 if seconds > 0 and size else None
         points.append(dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
-                           time_us=us, GBps=rate))  # fmt: skip
+                           time_us=us, GBps=_GBps(size, us)))  # fmt: skip
 
     tiers = []
     if g > 1:
