@@ -126,3 +126,46 @@ def test_make_run_measures_and_models_every_skew_of_figure_2():
     assert measured == modelled == set(sweep.SKEWS) == {0.0, 0.4, 0.8, 0.99}
     cmds = sweep.launches("cpu", 4, Path("r.jsonl"))
     assert any("zipf:0.0,0.4,0.8,0.99" in c for c in cmds)
+
+
+class _PostLog:
+    """A communicator that records the order of point-to-point posts."""
+
+    def __init__(self) -> None:
+        self.posts: list[str] = []
+
+    def Isend(self, buf, dest, tag):  # noqa: N802 (mpi4py's names)
+        self.posts.append(f"send {dest}")
+
+    def Send_init(self, buf, dest, tag):  # noqa: N802
+        self.posts.append(f"send {dest}")
+
+    def Irecv(self, buf, source, tag):  # noqa: N802
+        self.posts.append(f"recv {source}")
+
+    def Recv_init(self, buf, source, tag):  # noqa: N802
+        self.posts.append(f"recv {source}")
+
+    def group(self, name: str) -> _PostLog:
+        return self
+
+
+def test_cpu_transport_posts_sends_before_receives() -> None:
+    """Receives posted first let Open MPI over TCP queue a rank's rendezvous ACK behind
+    its partner's data (the exchange's two directions then run one after the other):
+    every way the cpu transport posts puts the sends first."""
+    from commbench.harness.backends.cpu import CpuTransport
+
+    log = _PostLog()
+    transport, buf = CpuTransport(log), np.zeros(8, np.uint8)
+    posts = {
+        "start": lambda: transport.start([(1, buf)], [(2, buf)]),
+        "plan": lambda: transport.plan([(1, buf)], [(2, buf)]),
+        "start_ranges": lambda: transport.start_ranges(
+            [buf], ([1], [0], [0], [4]), ([2], [0], [4], [8])
+        ),
+    }
+    for name, post in posts.items():
+        log.posts.clear()
+        post()
+        assert log.posts == ["send 1", "recv 2"], name

@@ -145,7 +145,7 @@ def persistent_call(requests: list, comm: Any) -> Call:
 
 
 def rounds_call(rounds: list[list[tuple[bool, int, int, int, Any]]], send, recv, comm) -> Call:
-    """Point-to-point rounds replayed from C: each round posts its receives, then its sends,
+    """Point-to-point rounds replayed from C: each round posts its sends, then its receives,
     and waits for all of them. A message is (is_send, peer, nbytes, byte offset into
     ``send`` or ``recv``, communicator)."""
     flat = [m for r in rounds for m in r]

@@ -27,7 +27,7 @@ enum {
   CB_BCAST = 5,
   CB_REDUCE = 6,
   CB_PERSISTENT = 7, /* MPI_Startall + MPI_Waitall over prepared persistent requests */
-  CB_ROUNDS = 8      /* point-to-point rounds: post a round's Irecv/Isend, wait, next */
+  CB_ROUNDS = 8      /* point-to-point rounds: post a round's Isend/Irecv, wait, next */
 };
 enum { CB_PIPELINED = 0, CB_LATENCY = 1 };
 
@@ -77,15 +77,15 @@ static int call_once(const cb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op
     case CB_ROUNDS:
       for (int r = 0; r < c->nrounds; r++) {
         int n = 0;
-        for (int m = c->first[r]; m < c->first[r + 1]; m++) { /* receives first */
-          if (c->is_send[m]) continue;
-          int err = MPI_Irecv((char *)c->recv + c->offset[m], c->bytes[m], MPI_BYTE,
+        for (int m = c->first[r]; m < c->first[r + 1]; m++) { /* sends first, as the cpu transport */
+          if (!c->is_send[m]) continue;
+          int err = MPI_Isend((char *)c->send + c->offset[m], c->bytes[m], MPI_BYTE,
                               c->peer[m], 0, MPI_Comm_f2c(c->msg_comm[m]), &scratch[n++]);
           if (err) return err;
         }
         for (int m = c->first[r]; m < c->first[r + 1]; m++) {
-          if (!c->is_send[m]) continue;
-          int err = MPI_Isend((char *)c->send + c->offset[m], c->bytes[m], MPI_BYTE,
+          if (c->is_send[m]) continue;
+          int err = MPI_Irecv((char *)c->recv + c->offset[m], c->bytes[m], MPI_BYTE,
                               c->peer[m], 0, MPI_Comm_f2c(c->msg_comm[m]), &scratch[n++]);
           if (err) return err;
         }

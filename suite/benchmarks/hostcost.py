@@ -3,7 +3,7 @@
 For each implementation, at a small size (where the host is most of the time): the
 messages one call posts (recorded from the transport), its time in commbench's timed loop,
 and the same messages posted from C (:func:`commbench.kernels.native.rounds_call`: each
-group of posts up to a wait is one round, receives first). The difference is the host cost
+group of posts up to a wait is one round, sends first). The difference is the host cost
 of the Python implementation; the issue's budget is ~1.5 us per call plus ~0.3 us per
 message. Library collectives an implementation calls inside (``transport.allreduce`` ...)
 and one-sided transfers (NVRAR's CPU path) are not replayed: those rows say so, and their
@@ -93,8 +93,8 @@ class Recorder:
             self.rounds.append([])
             self._waited = False
         comm = self.t.topo.group(group)
-        self.rounds[-1] += [(False, p, b.nbytes, comm) for p, b in recvs]
         self.rounds[-1] += [(True, p, b.nbytes, comm) for p, b in sends]
+        self.rounds[-1] += [(False, p, b.nbytes, comm) for p, b in recvs]
 
     def waited(self, pending):
         recorder = self

@@ -282,13 +282,13 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
 
 
 def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
-    """Persistent requests for ``(peer, buffer)`` receives and sends (receives first),
+    """Persistent requests for ``(peer, buffer)`` sends and receives (sends first),
     started together with ``Startall`` as the implementations' bound plans post
     (``kernels.transport.bind_posts``): a point measured with ``Isend``/``Irecv`` and one
     ``Wait`` each paid ~40-60 us more per empty round on the oversubscribed emulated
     8x1 (260-300 against 210-250 us), which no implementation pays."""
-    reqs = [comm.Recv_init(buf, source=peer, tag=tag) for peer, buf in recvs]
-    return reqs + [comm.Send_init(buf, dest=peer, tag=tag) for peer, buf in sends]
+    reqs = [comm.Send_init(buf, dest=peer, tag=tag) for peer, buf in sends]
+    return reqs + [comm.Recv_init(buf, source=peer, tag=tag) for peer, buf in recvs]
 
 
 def _start_wait(reqs: list) -> None:

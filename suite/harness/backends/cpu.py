@@ -32,7 +32,7 @@ class _Requests:
 
 
 class _Persistent:
-    """MPI persistent requests for a fixed set of posts (receives first, as ``start``)."""
+    """MPI persistent requests for a fixed set of posts (sends first, as ``start``)."""
 
     def __init__(self, requests: list[MPI.Prequest], group: str) -> None:
         self._requests, self.group = requests, group
@@ -83,19 +83,27 @@ class CpuTransport:
         recvs: Sequence[tuple[int, np.ndarray]],
         group: str = "world",
     ) -> _Requests:
+        """Post ``sends``, then ``recvs``. Sends go first because Open MPI's ob1 over TCP
+        answers a rendezvous request with an ACK on the connection that carries its own
+        data: a rank whose partner's request is already in (a partner ahead by a step)
+        and that posted its receive first lets the partner start streaming, and the ACK
+        for this rank's own send then waits behind that data, so the two directions of an
+        exchange run one after the other. Posted sends-first, the request reaches the
+        partner ahead of the ACK. On the emulated 8x1 cluster: recursive doubling at
+        1 MiB 375-401 ms receives first, 302-336 ms sends first (docs/model-validation.md)."""
         comm = self.topo.group(group)
-        reqs = [comm.Irecv(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
-        reqs += [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        reqs = [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        reqs += [comm.Irecv(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
         return _Requests(reqs)
 
     def start_ranges(self, bufs, sends, recvs, group: str = "world") -> _Requests:
         """:meth:`start` of byte ranges of ``bufs`` (``kernels.transport.start_ranges``):
         each message an MPI (buffer, count, displacement), no slice per message."""
         comm, byte = self.topo.group(group), MPI.BYTE
-        reqs = [comm.Irecv([bufs[k], y - x, x, byte], source=p, tag=0)
-                for p, k, x, y in zip(*recvs, strict=True)]  # fmt: skip
-        reqs += [comm.Isend([bufs[k], y - x, x, byte], dest=p, tag=0)
-                 for p, k, x, y in zip(*sends, strict=True)]  # fmt: skip
+        reqs = [comm.Isend([bufs[k], y - x, x, byte], dest=p, tag=0)
+                for p, k, x, y in zip(*sends, strict=True)]  # fmt: skip
+        reqs += [comm.Irecv([bufs[k], y - x, x, byte], source=p, tag=0)
+                 for p, k, x, y in zip(*recvs, strict=True)]  # fmt: skip
         return _Requests(reqs)
 
     def exchange(self, sends, recvs, group: str = "world") -> None:
@@ -104,8 +112,8 @@ class CpuTransport:
     def plan(self, sends, recvs, group: str = "world") -> _Persistent:
         """The posts of :meth:`start` as persistent requests (see ``bind_posts``)."""
         comm = self.topo.group(group)
-        reqs = [comm.Recv_init(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
-        reqs += [comm.Send_init(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        reqs = [comm.Send_init(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
+        reqs += [comm.Recv_init(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
         return _Persistent(reqs, group)
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
