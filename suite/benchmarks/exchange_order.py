@@ -29,14 +29,12 @@ different nodes).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
-from commbench.cluster.plan import ClusterSpec, parse_rate
+from commbench.benchmarks import owncluster
+from commbench.cluster.plan import ClusterSpec
 from commbench.errors import UsageError
 from commbench.units import format_size, parse_size
 
@@ -136,33 +134,9 @@ def worker(args) -> int:
 
 def cluster_spec(nodes: int, nic: str) -> ClusterSpec:
     """The emulated cluster: ``nodes`` (a power of two) of one rank, the deep queue."""
-    from commbench.cluster.profiles import load_emulated_profile
-
     if nodes < 2 or nodes & (nodes - 1):
         raise UsageError(f"--nodes {nodes}: give a power of two (2, 4, 8 ...)")
-    prof = load_emulated_profile("target-deep")
-    return ClusterSpec(prefix=PREFIX, nodes=nodes, ranks_per_node=1, nic_mbit=parse_rate(nic),
-                       switch_queue=prof.switch_queue, profile=prof.name)  # fmt: skip
-
-
-def on_cluster(args) -> int:
-    """Bring up an emulated cluster, run :func:`worker` on it, take it down."""
-    from commbench.cluster import netns
-
-    spec = args.spec
-    folder = Path(tempfile.mkdtemp(prefix="cbx-state-"))
-    if netns.namespaces_with_prefix(PREFIX):
-        netns.remove(PREFIX, folder)
-    netns.up(spec, folder)
-    try:
-        argv = [sys.executable, "-m", "commbench.benchmarks.exchange_order", "--worker",
-                "--size", str(args.size), "--calls", str(args.calls), "--rounds",
-                str(args.rounds), "--gap", str(args.gap)]  # fmt: skip
-        cmd = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", PREFIX,
-               "--state", str(folder), "--timeout", "600", "--", *argv]  # fmt: skip
-        return subprocess.run(cmd, timeout=660).returncode
-    finally:
-        netns.remove(PREFIX, folder)
+    return owncluster.cluster_spec(PREFIX, nodes, 1, nic)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         args.spec = cluster_spec(args.nodes, args.nic)
     except UsageError as exc:
         parser.error(str(exc))
-    return on_cluster(args)
+    argv = ["--size", str(args.size), "--calls", str(args.calls), "--rounds", str(args.rounds),
+            "--gap", str(args.gap)]  # fmt: skip
+    return owncluster.run_worker(args.spec, "commbench.benchmarks.exchange_order", argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,147 @@
+"""How early a send completes, and how a NIC splits between the old flow and the next one.
+
+Two probes between two nodes (rank 0 on node 0, ranks G and G + 1 on node 1, each rank
+its own NIC), both timed from a barrier, what spread-out's steps meet and the cost model
+does not have (docs/model-validation.md):
+
+* **release**: rank 0 sends M bytes to rank G. Its ``Send`` returns when the bytes are in
+  the node's buffers, not when they have arrived; ``in flight`` is the share of M still on
+  its way then (M x (arrival - release) / arrival).
+* **overlap**: as soon as that ``Send`` returns, rank 0 sends another M bytes to rank
+  G + 1. The first message's arrival against the same message alone, and the share of the
+  NIC the first kept once the second started: its bytes left at the release over the time
+  it then took, at the rate it had alone (1: the second waited; 0.5: an even split).
+
+The two modes alternate, ``--repeats`` calls each per round, two rounds; medians.
+
+    python -m commbench.benchmarks.nic_overlap [--sizes 256K,512K,1M,4M] [--repeats 4]
+
+(root) brings up its own emulated cluster (prefix ``cbo``: 2 nodes of 2 ranks, the
+``target-deep`` queue, ``--nic`` 100mbit) and takes it down. On an allocation of its own:
+``mpiexec -n 2G python -m commbench.benchmarks.nic_overlap --worker`` with G ranks a node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from commbench.benchmarks import owncluster
+from commbench.errors import UsageError
+from commbench.units import format_size, parse_size
+
+PREFIX = "cbo"
+MODES = ("alone", "overlap")
+
+
+def in_flight(nbytes: float, release_ms: float, arrival_ms: float) -> float:
+    """Bytes of an ``nbytes`` message not yet arrived when its send returned, assuming
+    it arrives at one rate from the start."""
+    if arrival_ms <= 0:
+        raise ValueError(f"arrival at {arrival_ms} ms: it must be after the start")
+    return nbytes * max(arrival_ms - release_ms, 0.0) / arrival_ms
+
+
+def kept_share(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: float) -> float:
+    """Share of its NIC the first message kept after the second started at ``release_ms``:
+    its bytes left then (at the rate it had alone) over what that rate would move in the
+    time it still took."""
+    rate = nbytes / alone_ms
+    left = max(nbytes - rate * release_ms, 0.0)
+    took = arrival_ms - release_ms
+    if took <= 0:
+        raise ValueError(f"arrival {arrival_ms} ms is not after the release {release_ms} ms")
+    return left / (rate * took)
+
+
+def probe(comm, nbytes: int, mode: str, g: int) -> tuple[float, float, float] | None:
+    """One call: on rank 0, (release, first arrival, second arrival) ms from the barrier
+    (second 0 when ``mode`` is alone); None elsewhere."""
+    from mpi4py import MPI
+
+    buf = np.ones(nbytes, np.uint8)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    arrived = 0.0
+    if comm.rank == 0:
+        comm.Send(buf, dest=g, tag=1)
+        release = MPI.Wtime() - t0
+        if mode == "overlap":
+            comm.Send(buf, dest=g + 1, tag=2)
+    elif comm.rank == g:
+        comm.Recv(buf, source=0, tag=1)
+        arrived = MPI.Wtime() - t0
+    elif comm.rank == g + 1 and mode == "overlap":
+        comm.Recv(buf, source=0, tag=2)
+        arrived = MPI.Wtime() - t0
+    times = comm.gather(arrived, root=0)
+    if comm.rank != 0:
+        return None
+    return release * 1e3, times[g] * 1e3, times[g + 1] * 1e3
+
+
+def report(nbytes: int, alone: np.ndarray, overlap: np.ndarray) -> str:
+    """One line per size from the calls' (release, first, second) rows, ms."""
+    a, o = np.median(alone, axis=0), np.median(overlap, axis=0)
+    flight = in_flight(nbytes, a[0], a[1])
+    kept = ("the first was through before the second started" if o[1] <= o[0] else
+            f"the first kept {kept_share(nbytes, a[1], o[0], o[1]):.2f} of the NIC")  # fmt: skip
+    return (f"{format_size(nbytes):>5s}: alone {a[1]:7.1f} ms, send returned at {a[0]:5.1f} "
+            f"with {format_size(round(flight))} in flight; with a second after it: first "
+            f"{o[1]:7.1f}, second {o[2]:7.1f} ms, {kept}")  # fmt: skip
+
+
+def worker(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    g = comm.size // 2
+    if comm.size < 4 or comm.size % 2:
+        if comm.rank == 0:
+            print(f"nic_overlap: {comm.size} ranks; run it on 2 nodes of at least 2 ranks "
+                  "(an even count, 4 or more)", file=sys.stderr)  # fmt: skip
+        return 2
+    if comm.rank == 0:
+        print(f"# rank 0 (node 0) -> ranks {g} and {g + 1} (node 1); {args.repeats} calls a "
+              f"mode and round, 2 rounds; medians", flush=True)  # fmt: skip
+    for nbytes in args.sizes:
+        rows: dict[str, list] = {m: [] for m in MODES}
+        for _round in range(2):
+            for mode in MODES:
+                probe(comm, nbytes, mode, g)  # the connection warm
+                for _ in range(args.repeats):
+                    row = probe(comm, nbytes, mode, g)
+                    if row is not None:
+                        rows[mode].append(row)
+        if comm.rank == 0:
+            print(report(nbytes, np.array(rows["alone"]), np.array(rows["overlap"])), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.nic_overlap",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser.add_argument(
+        "--sizes", default="256K,512K,1M,4M", help="message sizes (256K,512K,1M,4M)"
+    )
+    parser.add_argument("--repeats", type=int, default=4, help="calls a mode and round (4)")
+    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
+    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+        if min(args.sizes) < 1 or args.repeats < 1:
+            raise UsageError("--sizes must be at least 1 byte each and --repeats at least 1")
+        spec = None if args.worker else owncluster.cluster_spec(PREFIX, 2, 2, args.nic)
+    except (UsageError, ValueError) as exc:
+        parser.error(str(exc))
+    if args.worker:
+        return worker(args)
+    argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--repeats", str(args.repeats)]
+    return owncluster.run_worker(spec, "commbench.benchmarks.nic_overlap", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

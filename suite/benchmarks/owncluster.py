@@ -1,0 +1,43 @@
+"""A probe benchmark on an emulated cluster of its own: up, run its worker, down.
+
+For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
+:mod:`~commbench.benchmarks.nic_overlap`): the ``target-deep`` queue, a NIC rate given in
+the usual form, the cluster removed however the run ends.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from commbench.cluster.plan import ClusterSpec, parse_rate
+
+
+def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> ClusterSpec:
+    """The probe's cluster (``UsageError`` on a bad node count or rate)."""
+    from commbench.cluster.profiles import load_emulated_profile
+
+    prof = load_emulated_profile("target-deep")
+    return ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=ranks_per_node,
+                       nic_mbit=parse_rate(nic), switch_queue=prof.switch_queue,
+                       profile=prof.name)  # fmt: skip
+
+
+def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float = 600) -> int:
+    """Bring ``spec`` up (root), run ``python -m MODULE --worker ARGV...`` on every slot
+    through ``commbench cluster exec``, take the cluster down; the run's exit status."""
+    from commbench.cluster import netns
+
+    folder = Path(tempfile.mkdtemp(prefix=f"{spec.prefix}-state-"))
+    if netns.namespaces_with_prefix(spec.prefix):
+        netns.remove(spec.prefix, folder)
+    netns.up(spec, folder)
+    try:
+        cmd = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", spec.prefix,
+               "--state", str(folder), "--timeout", str(timeout), "--",
+               sys.executable, "-m", module, "--worker", *argv]  # fmt: skip
+        return subprocess.run(cmd, timeout=timeout + 60).returncode
+    finally:
+        netns.remove(spec.prefix, folder)

@@ -1,0 +1,95 @@
+"""The NIC-overlap probe: its arithmetic, its refusals and a 4-rank run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.benchmarks.nic_overlap import in_flight, kept_share, main, report
+from tests.mpirun import run_mpi
+
+
+def test_in_flight_is_the_share_not_yet_arrived() -> None:
+    assert in_flight(1000, 0.0, 10.0) == 1000  # returned at once: nothing had arrived
+    assert in_flight(1000, 10.0, 10.0) == 0  # returned on arrival
+    assert in_flight(1000, 2.5, 10.0) == 750
+    with pytest.raises(ValueError):
+        in_flight(1000, 1.0, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.floats(1e3, 1e7),  # bytes
+    st.floats(1.0, 500.0),  # ms alone
+    st.floats(0.0, 0.9),  # release, as a share of the time alone
+    st.floats(0.05, 1.0),  # the share the first message keeps
+)
+def test_kept_share_recovers_the_split(nbytes, alone, at, share) -> None:
+    """A message that keeps ``share`` of the NIC from the release on arrives at
+    release + (bytes left) / (share x rate): kept_share reads the share back."""
+    release = at * alone
+    rate = nbytes / alone
+    arrival = release + (nbytes - rate * release) / (share * rate)
+    assert kept_share(nbytes, alone, release, arrival) == pytest.approx(share, rel=1e-6)
+
+
+def test_kept_share_of_a_waiting_second_and_an_even_split() -> None:
+    assert kept_share(1000, 10.0, 2.0, 10.0) == pytest.approx(1.0)  # the second waited
+    assert kept_share(1000, 10.0, 2.0, 18.0) == pytest.approx(0.5)  # even split
+    with pytest.raises(ValueError):
+        kept_share(1000, 10.0, 5.0, 5.0)
+
+
+def test_report_line() -> None:
+    alone = np.array([[5.0, 40.0, 0.0], [5.0, 44.0, 0.0], [5.0, 42.0, 0.0]])
+    overlap = np.array([[5.0, 79.0, 84.0]] * 3)
+    line = report(1 << 19, alone, overlap)
+    assert line.startswith(" 512K: alone    42.0 ms, send returned at   5.0 with")
+    assert "first    79.0, second    84.0 ms, the first kept 0.50 of the NIC" in line
+    early = report(1 << 19, alone, np.array([[5.0, 4.0, 84.0]] * 3))
+    assert early.endswith("the first was through before the second started")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--sizes", "1M,x"], "x"),
+        (["--repeats", "0"], "--repeats at least 1"),
+        (["--nic", "fast"], "bad NIC rate 'fast'"),
+    ],
+)
+def test_bad_input_is_one_line(argv, says, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_worker_on_four_ranks() -> None:
+    proc = run_mpi(
+        4,
+        [
+            "-m",
+            "commbench.benchmarks.nic_overlap",
+            "--worker",
+            "--sizes",
+            "64K,128K",
+            "--repeats",
+            "2",
+        ],  # fmt: skip
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# rank 0 (node 0) -> ranks 2 and 3 (node 1)")
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["64K", "128K"]
+    # shared memory here: the first may be through before the second starts
+    assert all("the first kept" in ln or "was through" in ln for ln in lines[1:])
+
+
+def test_worker_refuses_an_odd_rank_count() -> None:
+    proc = run_mpi(3, ["-m", "commbench.benchmarks.nic_overlap", "--worker"], timeout=120)
+    assert proc.returncode != 0
+    assert "run it on 2 nodes of at least 2 ranks" in proc.stderr
