@@ -89,7 +89,7 @@ def report(nbytes: int, alone: np.ndarray, overlap: np.ndarray) -> str:
     kept = ("the first was through before the second started" if o[1] <= o[0] else
             f"the first kept {kept_share(nbytes, a[1], o[0], o[1]):.2f} of the NIC")  # fmt: skip
     return (f"{format_size(nbytes):>5s}: alone {a[1]:7.1f} ms, send returned at {a[0]:5.1f} "
-            f"with {format_size(round(flight))} in flight; with a second after it: first "
+            f"with {flight / 1024:.0f} KiB in flight; with a second after it: first "
             f"{o[1]:7.1f}, second {o[2]:7.1f} ms, {kept}")  # fmt: skip
 
 
