@@ -93,3 +93,18 @@ def test_worker_refuses_an_odd_rank_count() -> None:
     proc = run_mpi(3, ["-m", "commbench.benchmarks.nic_overlap", "--worker"], timeout=120)
     assert proc.returncode != 0
     assert "run it on 2 nodes of at least 2 ranks" in proc.stderr
+
+
+def test_a_cluster_that_cannot_be_built_is_one_line(monkeypatch, capsys) -> None:
+    from commbench.cluster import netns
+
+    def refuse(spec, folder):
+        raise netns.ClusterError("the emulated cluster needs root: run it as root")
+
+    monkeypatch.setattr(netns, "namespaces_with_prefix", lambda prefix: [])
+    monkeypatch.setattr(netns, "up", refuse)
+    assert main(["--sizes", "64K"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "python -m commbench.benchmarks.nic_overlap: the emulated cluster needs root: run it as root"
+    ]

@@ -8,7 +8,7 @@ drain). :class:`PlanExecutor` turns it, once per bind, into per-step lists of
 scratch buffers (up front, or step by step during the run: ``bind(once=True)``), and
 :meth:`PlanExecutor.run` then posts and waits:
 
-* ``cpu``: each step is one batch of MPI ``Irecv``/``Isend`` plus ``numpy`` copies, then
+* ``cpu``: each step is one batch of MPI ``Isend``/``Irecv`` plus ``numpy`` copies, then
   ``Waitall``: stage j + 1's rail transfers are in flight while stage j is redistributed;
 * ``cuda`` / ``rocm``: each step is one ``ncclGroupStart/End`` holding the step's rail
   transfers and redistribution sends / receives, followed by its device copies on the

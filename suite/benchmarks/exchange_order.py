@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     argv = ["--size", str(args.size), "--calls", str(args.calls), "--rounds", str(args.rounds),
             "--gap", str(args.gap)]  # fmt: skip
-    return owncluster.run_worker(args.spec, "commbench.benchmarks.exchange_order", argv)
+    return owncluster.run_worker_or_say(
+        parser.prog, args.spec, "commbench.benchmarks.exchange_order", argv
+    )
 
 
 if __name__ == "__main__":

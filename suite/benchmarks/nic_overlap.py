@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
     argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--repeats", str(args.repeats)]
-    return owncluster.run_worker(spec, "commbench.benchmarks.nic_overlap", argv)
+    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.nic_overlap", argv)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from commbench.cluster.plan import ClusterSpec, parse_rate
+from commbench.errors import UsageError
 
 
 def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> ClusterSpec:
@@ -41,3 +42,13 @@ def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float =
         return subprocess.run(cmd, timeout=timeout + 60).returncode
     finally:
         netns.remove(spec.prefix, folder)
+
+
+def run_worker_or_say(prog: str, spec: ClusterSpec, module: str, argv: list[str]) -> int:
+    """:func:`run_worker`, a cluster that cannot be built (not root, a tool missing) said
+    in one line with exit status 2."""
+    try:
+        return run_worker(spec, module, argv)
+    except UsageError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
