@@ -238,6 +238,54 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert str(out) in rec["info"]["stage_cost"]["source"] and rec["nwrong"] == 0
 
 
+_SLOW_READER = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+from commbench.model import calibrate as cal
+poll = cal._poll
+def slow(win, arrived, pending, deadline, what):
+    if MPI.COMM_WORLD.rank == 0:  # reads its cells late: partners run a call ahead
+        time.sleep(0.01)
+    poll(win, arrived, pending, deadline, what)
+cal._poll = slow
+secs = cal._put_rounds(MPI.COMM_WORLD, 1, np.dtype(np.float32), 2, 6, timeout_s=20)
+print("step", secs)
+"""
+
+
+def test_the_put_point_survives_a_partner_a_call_ahead():
+    proc = run_mpi(4, ["-c", _SLOW_READER], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("step") == 4
+
+
+_FAILING_RANK = """
+import sys
+from mpi4py import MPI
+from commbench.cli import main
+from commbench.model import calibrate as cal
+poll = cal._poll
+def broken(*args):
+    if MPI.COMM_WORLD.rank == 1:
+        raise RuntimeError("injected failure")
+    poll(*args)
+cal._poll = broken
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_failing_rank_ends_calibrate_with_its_message(tmp_path):
+    out = tmp_path / "cal.toml"
+    proc = run_mpi(4, ["-c", _FAILING_RANK, "calibrate", "--gpus-per-node", "2", "--out",
+                       str(out), "--bytes", "16K", "--fabric-bytes", "0", "--incast-bytes",
+                       "4K", "--reps", "1", "--passes", "1", "--stage-rounds", "2"],
+                   timeout=150)  # fmt: skip
+    assert proc.returncode != 0
+    assert "rank 1: RuntimeError: injected failure" in proc.stderr
+    assert not out.exists() and not cal.points_path(out).exists()
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.floats(1.0, 1e6), min_size=3, max_size=3), min_size=1, max_size=5))
 def test_each_point_is_the_median_of_its_passes(times):

@@ -115,6 +115,28 @@ def test_ready_prefix_finds_first_missing_cell():
     assert cells.ready_prefix(np, out, 4) == 0
 
 
+@settings(max_examples=40, deadline=None)
+@given(ncells=st.integers(1, 40), a_frac=st.floats(0, 1), order_seed=st.integers(0, 2**16))
+def test_arrival_keeps_the_data_it_saw_with_the_flags(ncells, a_frac, order_seed):
+    """Cells land one by one in any order; the chunk is ready only once every cell of it
+    carries the flag, and its data is what was read with those flags, even if the window
+    is written again afterwards (no re-read of the window)."""
+    from commbench.kernels.nvrar.cpu import Arrival
+
+    region = np.zeros(ncells, np.uint64)
+    a = int(a_frac * (ncells - 1))
+    sent = np.zeros(ncells, np.uint64)
+    cells.pack(np, np.arange(100, 100 + ncells, dtype=np.uint32), 7, sent)
+    arrival = Arrival(region, a, ncells, 7)
+    for k in np.random.default_rng(order_seed).permutation(np.arange(a, ncells)):
+        assert not arrival()
+        region[k] = sent[k]
+    assert arrival()
+    region[:] = 0  # the next write of this region (call t + 2)
+    data = cells.unpack(np, arrival.cells, ncells - a, 4)
+    assert data.tolist() == list(range(100 + a, 100 + ncells))
+
+
 def test_seq_flag_is_never_zero_and_changes_every_call():
     assert cells.seq_flag(1) == 1
     assert cells.seq_flag(2**32 - 1) == 2**32 - 1

@@ -62,14 +62,15 @@ Nothing is taken from the collectives the profile is used to predict. The points
     (``Startall``/``Waitall``), not one ``Isend``, ``Irecv`` and ``Wait`` per message,
     whose Python the implementations' bound plans do not pay.
 ``put``
-    one step of NVRAR's inter-node recursive doubling with 8 B and nothing to reduce:
-    every rank puts an 8-byte cell (its flag) into the MPI RMA window (passive target,
-    ``Rput``, no flush) of the rank of its index on node ``n ^ 2^k`` and polls its own
-    window memory until that partner's flag shows, both of a pair at once, for k = 0,
-    1, ... in turn; the time per step. This is how NVRAR's cpu backend
-    (:mod:`commbench.kernels.nvrar.cpu`) moves its cells and waits for them; ``put_us``
-    is what a step costs above a two-sided message. (A put-and-answer ping-pong's
-    one-way time is about half of this on the emulated cluster.)
+    one step of NVRAR's inter-node recursive doubling on one LL8 cell (8 B): every rank
+    packs the cell with the call's flag, puts it into the MPI RMA window (passive target,
+    ``Rput``, no flush) of the rank of its index on node ``n ^ 2^k``, polls its own
+    window memory until that partner's cell shows, unpacks and reduces it, both of a pair
+    at once, for k = 0, 1, ... in turn; the time per step. This is how NVRAR's cpu
+    backend (:mod:`commbench.kernels.nvrar.cpu`) moves its cells and waits for them, with
+    its per-step host work (on 8 single-rank nodes sharing 2 cores ~100 us of a ~500 us
+    step); ``put_us`` is what a step costs above a two-sided message. (A put-and-answer
+    ping-pong's one-way time is about half of this on the emulated cluster.)
 ``put-exchange``
     every rank paired with the rank of its index on another node puts ``--bytes`` of
     8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
@@ -369,24 +370,22 @@ def butterfly_partners(rank: int, nodes: int, g: int) -> list[int]:
 def _rail_window(comm, g: int, nwords: int):
     """``(win, words)``: an MPI RMA window of ``nwords`` zeroed 64-bit words over this
     rank's rail (:func:`_rail`), passively locked for its life, as NVRAR's cpu backend
-    keeps its windows. Collective (over ``comm``) on entry and exit."""
+    keeps its windows. Collective (over ``comm``) on entry and on a normal exit; an
+    exception leaves without the collective clean-up (the other ranks may never reach
+    it), so the caller's handler can end the job instead of hanging in a barrier."""
     from mpi4py import MPI
 
     rail = _rail(comm, g)
     win = MPI.Win.Allocate(8 * nwords, 8, comm=rail)
-    try:
-        words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:nwords]
-        words[:] = 0
-        comm.Barrier()
-        win.Lock_all(MPI.MODE_NOCHECK)
-        try:
-            yield win, words
-        finally:
-            comm.Barrier()
-            win.Unlock_all()
-    finally:
-        win.Free()
-        rail.Free()
+    words = np.frombuffer(win.tomemory(), dtype=np.uint64)[:nwords]
+    words[:] = 0
+    comm.Barrier()
+    win.Lock_all(MPI.MODE_NOCHECK)
+    yield win, words
+    comm.Barrier()
+    win.Unlock_all()
+    win.Free()
+    rail.Free()
 
 
 def _poll(win, arrived, pending: list, deadline: float, what: str) -> None:
@@ -419,43 +418,55 @@ def _poll(win, arrived, pending: list, deadline: float, what: str) -> None:
             time.sleep(20e-6)
 
 
-def _put_rounds(comm, g: int, reps: int, calls: int, timeout_s: float = 60.0) -> float:
-    """Seconds of one step of NVRAR's inter-node recursive doubling with nothing to
-    reduce: every rank puts an 8 B flag into its step partner's window
-    (:func:`butterfly_partners`) and polls its own until the partner's shows, both of a
-    pair at once, step after step (median over ``reps`` rounds of ``calls`` calls, the
-    slowest rank, per step). ``Rput`` into a :func:`_rail_window`, waiting by
-    :func:`_poll`; a call's puts completed at its end. Collective."""
+def _put_rounds(comm, g: int, dtype: np.dtype, reps: int, calls: int,
+                timeout_s: float = 60.0) -> float:  # fmt: skip
+    """Seconds of one step of NVRAR's inter-node recursive doubling on one cell: every
+    rank packs one LL8 cell of ``dtype`` elements with the call's flag, puts it into its
+    step partner's window (:func:`butterfly_partners`), polls its own until the
+    partner's shows (:class:`~commbench.kernels.nvrar.cpu.Arrival`), unpacks it and
+    reduces it into its own, both of a pair at once, step after step (median over
+    ``reps`` rounds of ``calls`` calls, the slowest rank, per step). ``Rput`` into a
+    :func:`_rail_window`, waiting by :func:`_poll`; a call's puts completed at its end.
+    Cells alternate between two regions by call parity, as NVRAR's do: a partner done
+    with call t may put its call t + 1 cell before this rank has read call t's.
+    The host work of a step (pack, arrival check, unpack, reduce) is in the time: on an
+    oversubscribed node it is a large part of a small step. Collective."""
     from mpi4py import MPI
+
+    from commbench.kernels.nvrar import cells
+    from commbench.kernels.nvrar.cpu import PARITIES, Arrival
+    from commbench.kernels.reduce import reduce_into, storage
 
     partners = [peer // g for peer in butterfly_partners(comm.rank, comm.size // g, g)]
     nsteps = max(len(butterfly_partners(0, comm.size // g, g)), 1)
+    epc = cells.elems_per_cell(dtype.itemsize)
+    mine = storage(np.ones(epc, dtype=dtype), dtype)
+    out = mine.copy()
     src = np.zeros(nsteps, dtype=np.uint64)
     pending: list = []
     seq = [0]
-    with _rail_window(comm, g, nsteps) as (win, words):
+    with _rail_window(comm, g, PARITIES * nsteps) as (win, words):
 
         def body() -> None:
             for _ in range(calls):
                 seq[0] += 1
+                flag = cells.seq_flag(seq[0])
                 for k, peer in enumerate(partners):
-                    src[k] = seq[0]
+                    at = seq[0] % PARITIES * nsteps + k
+                    cells.pack(np, mine, flag, src[k : k + 1])
                     pending.append(win.Rput([src[k : k + 1], MPI.UINT64_T], peer,
-                                            target=(k, 1, MPI.UINT64_T)))  # fmt: skip
-                    flag = seq[0]
-                    _poll(win, lambda k=k, flag=flag: int(words[k]) >= flag, pending,
-                          time.monotonic() + timeout_s,
-                          f"rank {comm.rank}'s flag from node {peer}")  # fmt: skip
+                                            target=(at, 1, MPI.UINT64_T)))  # fmt: skip
+                    arrival = Arrival(words, at, at + 1, flag)
+                    _poll(win, arrival, pending, time.monotonic() + timeout_s,
+                          f"rank {comm.rank}'s cell from node {peer}")  # fmt: skip
+                    data = cells.unpack(np, arrival.cells, epc, dtype.itemsize)
+                    reduce_into(np, out, mine, data, "sum", dtype)
                 if pending:
                     MPI.Request.Waitall(pending)
                     pending.clear()
 
-        try:
-            body()  # warm-up: connections
-            return _median_round(comm, body, reps) / (calls * nsteps)
-        finally:
-            if pending:
-                MPI.Request.Waitall(pending)
+        body()  # warm-up: connections
+        return _median_round(comm, body, reps) / (calls * nsteps)
 
 
 def _put_exchange(comm, g: int, pairs: list[tuple[int, int]], nbytes: int, reps: int,
@@ -635,7 +646,7 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         busy = busy_pairs(p, g, "scaleout")
-        secs = _put_rounds(comm, g, reps, 5)
+        secs = _put_rounds(comm, g, opts["dtype"], reps, 5)
         add("put", "scaleout", p, 8, secs, reps * 5)
         secs = _put_exchange(comm, g, busy, nbytes, reps)
         add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
@@ -668,7 +679,7 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     over n; ``exchange_GBps`` = one direction's bytes over the ``exchange`` time less one
     latency (only where it is below one NIC's stream: otherwise an exchange costs what a
     one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two
-    posts; ``put_us`` = one step of 8 B puts both ways (the ``put`` point) less that
+    posts; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
     = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`).
     """
@@ -789,9 +800,10 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     if put is not None:  # profiles written before the put point have none
         c["put_us"] = max(put["time_us"] - lat, 0.0)
         why["put_us"] = (
-            f"a step of 8 B puts both ways between ranks of nodes n and n ^ 2^k, every "
-            f"rank at once, each polling its window for its partner's ({put['time_us']:.4g} "
-            "us a step, as NVRAR's cpu backend puts and polls), less the two-sided latency"
+            f"a step of one 8 B LL8 cell put both ways between ranks of nodes n and n ^ 2^k, "
+            f"every rank at once, each polling its window for its partner's and reducing it "
+            f"({put['time_us']:.4g} us a step, as NVRAR's cpu backend packs, puts, polls and "
+            "reduces), less the two-sided latency"
         )
     burst = _burst_bytes(points, nic)
     if burst is not None:
