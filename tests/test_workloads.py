@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 
 import numpy as np
 import pytest
@@ -113,6 +114,30 @@ def test_trace_rank_count_must_match(tmp_path):
     assert generate(f"trace:{f},ranks=2,hidden=1,dtype=1", 2, 0).tolist() == [[1, 1], [1, 1]]
     with pytest.raises(UsageError, match="cannot read trace"):
         generate(f"trace:{tmp_path}/missing-2x2.txt", 4, 10)
+
+
+def test_a_folded_trace_keeps_each_group_s_traffic():
+    raw = np.loadtxt(gzip.open(TRACE), dtype=np.int64, max_rows=1024).reshape(32, 32)
+    folded = generate(f"trace:{TRACE},fold=8,hidden=1,dtype=1", 8, 0)
+    assert folded.sum() == raw.sum()
+    assert folded[1, 6] == raw[4:8, 24:28].sum()  # ranks 4-7 to ranks 24-27
+    scaled = generate(f"trace:{TRACE},fold=8", 8, 1 << 20, unit=2)
+    assert scaled.sum() == 8 << 20
+    assert np.corrcoef(scaled.ravel(), folded.ravel())[0, 1] > 0.999
+
+
+@pytest.mark.parametrize(
+    "spec, p, message",
+    [
+        (f"trace:{TRACE},fold=5", 5, "fold=5 must divide the trace's 32 ranks"),
+        (f"trace:{TRACE},fold=8", 16, "folded to 8 but the run has 16 ranks: run it with 8"),
+        (f"trace:{TRACE}", 8, "or fold it"),
+        ("trace:x.txt,fold=2", 2, "fold= needs the trace's own rank count"),
+    ],
+)
+def test_a_bad_fold_is_one_clear_error(spec, p, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        generate(spec, p, 1024)
 
 
 def test_matrix_file_round_trip(tmp_path):

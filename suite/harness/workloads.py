@@ -4,7 +4,7 @@ A workload is named by a spec string::
 
     uniform | random | zipf[:S] | pair-zipf[:S] | expert-zipf[:S] | hotspot[:H]
     | perm-sum[:K] | moe:E,K
-    | file:PATH | trace:PATH[,hidden=H][,dtype=D][,ranks=N]
+    | file:PATH | trace:PATH[,hidden=H][,dtype=D][,ranks=N][,fold=N]
 
 each optionally followed by ``@SEED``. :func:`generate` turns a spec into an ``int64``
 matrix ``D`` with ``D[u, v]`` = bytes rank u sends to rank v; the diagonal (self traffic)
@@ -51,7 +51,11 @@ Laws:
   ``index`` replays matrix ``index mod count``, so the traffic changes every call. The
   native rank count N comes from ``ranks=N``, else from an ``SxG`` pattern in the file
   name (``4x8`` -> 32), else it is taken to be ``nranks``; it must equal ``nranks``, and
-  ``ranks=N`` must agree with the file name's pattern when there is one.
+  ``ranks=N`` must agree with the file name's pattern when there is one. ``fold=N``
+  sums the native ranks in N groups of consecutive ranks (N divides the native count;
+  the run then has N ranks): ``trace:moe-megatron-4x8,fold=8`` makes each rank carry 4
+  GPUs' traffic, each of the trace's 4 servers 2 ranks, traffic inside a group becoming
+  that rank's own (the diagonal), so a small cluster replays the trace's skew.
   Without ``hidden=`` the token counts are weights scaled to ``size`` by the rule above;
   with ``hidden=H`` (and ``dtype=D`` bytes per element, default 2 = bf16) the bytes are
   the real ones, ``tokens * H * D`` (rounded up to a multiple of ``unit``), and ``size``
@@ -108,7 +112,7 @@ _SCALAR = (*_ZIPF, "hotspot", "perm-sum")
 _HELP = (
     "uniform, random, zipf[:S] (= pair-zipf[:S]), expert-zipf[:S], hotspot[:H], "
     "perm-sum[:K], moe:E,K, file:PATH or "
-    "trace:PATH[,hidden=H,dtype=D,ranks=N], optionally followed by @SEED"
+    "trace:PATH[,hidden=H,dtype=D,ranks=N,fold=N], optionally followed by @SEED"
 )
 
 
@@ -159,9 +163,10 @@ def parse_workload(spec: str) -> Workload:
     for opt in opts:
         key, eq, value = opt.partition("=")
         key = key.strip()
-        if not eq or key not in ("hidden", "dtype", "ranks"):
+        if not eq or key not in ("hidden", "dtype", "ranks", "fold"):
             raise UsageError(
-                f"workload {text!r}: trace options are hidden=H, dtype=D (bytes) and ranks=N"
+                f"workload {text!r}: trace options are hidden=H, dtype=D (bytes), ranks=N "
+                "and fold=N"
             )
         options[key] = _int(value, f"trace option {key} in {text!r}")
         if options[key] < 1:
@@ -170,7 +175,18 @@ def parse_workload(spec: str) -> Workload:
         raise UsageError(f"workload {text!r}: dtype= only makes sense with hidden=")
     if path in SHIPPED_TRACES:
         path = str(SHIPPED_TRACES[path])
-    return Workload(kind, (path,), options, seed, text)
+    w = Workload(kind, (path,), options, seed, text)
+    if "fold" in options:
+        native = _native_ranks(w)
+        if native is None:
+            raise UsageError(
+                f"workload {text!r}: fold= needs the trace's own rank count: add ranks=N"
+            )
+        if native % options["fold"]:
+            raise UsageError(
+                f"workload {text!r}: fold={options['fold']} must divide the trace's {native} ranks"
+            )
+    return w
 
 
 def expand_workloads(spec: str) -> list[str]:
@@ -491,18 +507,32 @@ def _route(rng: np.random.Generator, gate: np.ndarray, topk: int) -> np.ndarray:
 def _trace(w: Workload, p: int, size: int, unit: int, index: int) -> np.ndarray:
     path = w.args[0]
     native = _native_ranks(w) or p
-    if native != p:
+    fold = w.options.get("fold")
+    if (fold or native) != p:
+        hint = f"run it with {fold} ranks" if fold else (
+            f"run it with {native} ranks, or fold it (fold=N, N dividing {native}; or say "
+            "ranks=N if the file name misleads)")  # fmt: skip
         raise UsageError(
-            f"trace {path} holds {native}-rank matrices but the run has {p} ranks: "
-            f"run it with {native} ranks (or say ranks=N if the file name misleads)"
+            f"trace {path} holds {native}-rank matrices"
+            + (f" folded to {fold}" if fold else "")
+            + f" but the run has {p} ranks: {hint}"
         )
     mats = load_trace(str(Path(path).resolve()), native)
     tokens = mats[int(index) % len(mats)]
+    if fold:
+        tokens = fold_ranks(tokens, fold)
     if "hidden" in w.options:
         per_token = w.options["hidden"] * w.options.get("dtype", 2)
         raw = tokens * per_token
         return -(-raw // unit) * unit
     return apportion(tokens.astype(np.float64), p * size // unit) * unit
+
+
+def fold_ranks(m: np.ndarray, n: int) -> np.ndarray:
+    """``m`` (square) summed in ``n`` groups of consecutive ranks: entry [i][j] is what
+    group i sends to group j."""
+    k = m.shape[0] // n
+    return m.reshape(n, k, n, k).sum(axis=(1, 3))
 
 
 def _native_ranks(w: Workload) -> int | None:
