@@ -82,3 +82,13 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     assert validate.main(["--tables", str(path), "--remodel"]) == 0
     text = capsys.readouterr().out
     assert "| 2x2 | deep | allreduce | - | 4K | mpi (han(" in text and "lat x2.50 |" in text
+
+
+def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, capsys):
+    # the default trace is folded to 8 ranks; a 2x2 shape has 4 (no root needed: refused
+    # before the preflight)
+    out = tmp_path / "never"
+    assert validate.main(["--a2a-shapes", "2x2", "--ar-shapes", "", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("validate: error: trace ") and "run it with 8 ranks" in err
+    assert not out.exists()
