@@ -91,7 +91,7 @@ def test_moe_routes_to_expert_ranks_only():
     assert np.array_equal(e, generate("moe:64,6", 16, 1 << 20))
 
 
-def test_trace_replays_a_new_matrix_each_call():
+def test_trace_index_picks_a_matrix():
     spec = f"trace:{TRACE},hidden=4096,dtype=2"
     raw = np.loadtxt(gzip.open(TRACE), dtype=np.int64, max_rows=2 * 1024).reshape(2, 32, 32)
     assert np.array_equal(generate(spec, 32, 0), raw[0] * 4096 * 2)

@@ -47,8 +47,9 @@ Laws:
   already be a multiple of ``unit``.
 - ``trace:PATH`` or ``trace:NAME`` of a shipped trace (:data:`SHIPPED_TRACES`,
   ``trace:moe-megatron-4x8``): the routing trace format of :data:`MEGATRON_TRACE` (one integer per
-  line, each ``N*N`` integers one N x N token matrix, row = sender; ``.gz`` is read as gzip). Call
-  ``index`` replays matrix ``index mod count``, so the traffic changes every call. The
+  line, each ``N*N`` integers one N x N token matrix, row = sender; ``.gz`` is read as gzip).
+  ``index`` picks matrix ``index mod count`` (``commbench workload --index``); ``run`` and
+  ``simulate`` use matrix 0 for every call of a point, so measured and modelled agree. The
   native rank count N comes from ``ranks=N``, else from an ``SxG`` pattern in the file
   name (``4x8`` -> 32), else it is taken to be ``nranks``; it must equal ``nranks``, and
   ``ranks=N`` must agree with the file name's pattern when there is one. ``fold=N``
