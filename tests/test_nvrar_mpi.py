@@ -95,3 +95,27 @@ def test_benchmark_table_starts_itself_and_checks_results():
     assert [r[0] for r in rows] == ["64K", "128K", "256K", "512K", "1M", "2M"]
     assert all(r[-1] == "0" for r in rows)  # #wrong
     assert "max over ranks" in proc.stdout and "2 emulated nodes x 2" in proc.stdout
+
+
+@pytest.mark.parametrize("np_, rows", [(4, 3), (2, 0)])
+def test_benchmark_step_puts_the_put_point_beside_nvrar_s_step(np_, rows):
+    # 2 nodes of 2 ranks: the put point and NVRAR's step at 256 B and 4 KiB, a number per
+    # round; one node has no inter-node step: one line, exit 2
+    import subprocess
+    import sys
+
+    from tests.mpirun import ROOT, mpi_env
+
+    env = {k: v for k, v in mpi_env().items() if not k.startswith(("OMPI_COMM_", "PMIX_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "commbench.benchmarks.nvrar", "step", "--np", str(np_),
+         "--gpus-per-node", "2", "--rounds", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    if not rows:
+        assert proc.returncode != 0 and "step: need at least 2 nodes of 2 ranks" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [ln.split(":") for ln in proc.stdout.splitlines() if not ln.startswith("#")]
+    assert [name.strip() for name, _ in lines] == ["put point", "nvrar 256 B", "nvrar 4096 B"]
+    assert all(len(v.split()) == 2 and all(float(x) > 0 for x in v.split()) for _, v in lines)

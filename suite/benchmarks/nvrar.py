@@ -9,6 +9,13 @@ as a whole; the table shows the median over ``--rounds`` interleaved rounds (the
 is shared, rounds tame the noise) and the paper's own NVRAR numbers for reference. Each
 point is also checked once (``#wrong``).
 
+``python -m commbench.benchmarks.nvrar step`` (cpu) puts calibrate's ``put`` point (one
+LL8 cell a step, with its host work) beside NVRAR's own inter-node step at 256 B and
+4 KiB per rank, in one launch, ``--rounds`` times alternating, each the median of 5 rounds
+of 5 calls per step, slowest rank: what ``put_us`` stands for, checked against what it
+models (run it on the emulated cluster: ``commbench cluster exec -- python -m
+commbench.benchmarks.nvrar step --gpus-per-node 1``).
+
 ``python -m commbench.benchmarks.nvrar tune --backend cpu|cuda`` measures NVRAR for each
 candidate chunk size / grid and writes the winner per size to the backend's tuning table
 (``kernels/nvrar/tuning_<backend>.json``).
@@ -201,6 +208,58 @@ def run_tune(args) -> int:
     return 1 if bad else 0
 
 
+# ---------------------------------------------------------------- step vs put point
+
+STEP_SIZES = (256, 4096)
+
+
+def run_step(args) -> int:
+    """Calibrate's ``put`` point and NVRAR's inter-node step side by side (cpu)."""
+    from mpi4py import MPI
+
+    from commbench.harness.backends.dtypes import parse_dtype
+    from commbench.kernels.nvrar import cells
+    from commbench.kernels.nvrar.cpu import MpiRail
+    from commbench.kernels.nvrar.tuning import load_table
+    from commbench.model import calibrate as cal
+
+    comm, g = MPI.COMM_WORLD, args.gpus_per_node
+    if comm.size % g or comm.size // g < 2:
+        if comm.rank == 0:
+            print(f"step: need at least 2 nodes of {g} ranks (got {comm.size} ranks): more "
+                  "ranks or a smaller --gpus-per-node", file=sys.stderr)  # fmt: skip
+        return 2
+    dtype = parse_dtype(args.dtype)
+    nsteps = max(len(cal.butterfly_partners(0, comm.size // g, g)), 1)
+    rail_comm = comm.Split(comm.rank % g, comm.rank)
+    rail = MpiRail(rail_comm, lambda node: node * g + comm.rank % g, 60.0)
+    table = load_table("cpu")
+    rows: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        rows.setdefault("put point", []).append(cal._put_rounds(comm, g, dtype, 5, 5))
+        for nbytes in STEP_SIZES:
+            n = nbytes // dtype.itemsize
+            src, dst = np.ones(n, dtype=dtype), np.zeros(n, dtype=dtype)
+            rail.prepare(cells.cell_count(n, dtype.itemsize))
+            tuning = table.lookup(nbytes)
+
+            def calls(src=src, dst=dst, tuning=tuning) -> None:
+                for _ in range(5):
+                    rail.run(src, dst, dtype, "sum", tuning)
+
+            calls()  # warm-up
+            secs = cal._median_round(comm, calls, 5) / (5 * nsteps)
+            rows.setdefault(f"nvrar {nbytes} B", []).append(secs)
+    rail.close()
+    rail_comm.Free()
+    if comm.rank == 0:
+        print(f"# {comm.size // g} nodes x {g} ranks, {dtype.name}: us a step, slowest rank, "
+              f"{args.rounds} rounds")  # fmt: skip
+        for name, secs in rows.items():
+            print(f"{name:>14}: " + " ".join(f"{s * 1e6:7.0f}" for s in secs))
+    return 0
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -208,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m commbench.benchmarks.nvrar", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("command", nargs="?", default="table", choices=("table", "tune"))
+    p.add_argument("command", nargs="?", default="table", choices=("table", "tune", "step"))
     p.add_argument("--np", type=int, default=8, help="ranks when starting itself (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=4, help="emulated GPUs per node (4)")
     p.add_argument("--backend", default="cpu", help="cpu (default) or cuda")
@@ -228,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     args.impls = [s for s in args.impls.split(",") if s]
     if not under_launcher():
         return relaunch(args.np, "commbench.benchmarks.nvrar", argv, args.timeout)
-    return run_table(args) if args.command == "table" else run_tune(args)
+    run = {"table": run_table, "tune": run_tune, "step": run_step}[args.command]
+    return run(args)
 
 
 if __name__ == "__main__":
