@@ -66,6 +66,7 @@ class _Window:
     win: object  # mpi4py.MPI.Win
     words: np.ndarray  # the window memory as uint64
     send: np.ndarray  # local send cells, one region per step
+    seen: np.ndarray  # the cells of the region being received, as read with their flags
     layout: cells.RailLayout
     seq: int = 0
     #: per call parity, the requests of its puts not yet known to be complete (``Rput``)
@@ -76,16 +77,19 @@ class Arrival:
     """Has chunk ``[a, b)`` of a receive region arrived? Cheap gate on the last cell's flag,
     then a scan that resumes from the first cell not yet seen ready.
 
-    The scan reads a snapshot (each cell copied as one aligned 8-byte word) and the data
-    is taken from that snapshot (``cells``), never re-read from the window: a cell whose
-    flag was seen then carries its data in the same read, as the LL8 format promises, so
-    no fence is needed between the flag and the data.
+    The scan reads a snapshot (each cell copied as one aligned 8-byte word into ``cells``,
+    ``into`` when given: b - a words the caller reuses) and the data is taken from that
+    snapshot, never re-read from the window: a cell whose flag was seen then carries its
+    data in the same read, as the LL8 format promises, so no fence is needed between the
+    flag and the data.
     """
 
-    def __init__(self, region: np.ndarray, a: int, b: int, flag: int) -> None:
+    def __init__(
+        self, region: np.ndarray, a: int, b: int, flag: int, into: np.ndarray | None = None
+    ) -> None:
         self.region, self.start, self.pos, self.end, self.flag = region, a, a, b, flag
         self.last_flag = cells.flags(region[b - 1 : b])
-        self.cells = np.empty(b - a, dtype=region.dtype)
+        self.cells = np.empty(b - a, dtype=region.dtype) if into is None else into
 
     def __call__(self) -> bool:
         if int(self.last_flag[0]) != self.flag:
@@ -135,6 +139,7 @@ class MpiRail:
             win=win,
             words=words,
             send=np.zeros(layout.send_words, dtype=np.uint64),
+            seen=np.empty(ncells, dtype=np.uint64),
             layout=layout,
         )
         self._windows[ncells] = w
@@ -200,7 +205,7 @@ class MpiRail:
                 offset = w.layout.recv_offset(self._region(step, parity))
                 region = w.words[offset:][:ncells]
                 for a, b in chunks:
-                    arrival = Arrival(region, a, b, flag)
+                    arrival = Arrival(region, a, b, flag, w.seen[a:b])
                     self._wait(w, arrival, step, step.recv_from, "data", t)
                     if tl:
                         tl.mark("wait", step.index)
