@@ -249,7 +249,7 @@ def slow(win, arrived, pending, deadline, what):
         time.sleep(0.01)
     poll(win, arrived, pending, deadline, what)
 cal._poll = slow
-secs = cal._put_rounds(MPI.COMM_WORLD, 1, np.dtype(np.float32), 2, 6, timeout_s=20)
+secs = cal.put_rounds(MPI.COMM_WORLD, 1, np.dtype(np.float32), 2, 6, timeout_s=20)
 print("step", secs)
 """
 

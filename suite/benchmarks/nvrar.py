@@ -236,7 +236,7 @@ def run_step(args) -> int:
     table = load_table("cpu")
     rows: dict[str, list[float]] = {}
     for _ in range(args.rounds):
-        rows.setdefault("put point", []).append(cal._put_rounds(comm, g, dtype, 5, 5))
+        rows.setdefault("put point", []).append(cal.put_rounds(comm, g, dtype, 5, 5))
         for nbytes in STEP_SIZES:
             n = nbytes // dtype.itemsize
             src, dst = np.ones(n, dtype=dtype), np.zeros(n, dtype=dtype)
@@ -248,7 +248,7 @@ def run_step(args) -> int:
                     rail.run(src, dst, dtype, "sum", tuning)
 
             calls()  # warm-up
-            secs = cal._median_round(comm, calls, 5) / (5 * nsteps)
+            secs = cal.median_round(comm, calls, 5) / (5 * nsteps)
             rows.setdefault(f"nvrar {nbytes} B", []).append(secs)
     rail.close()
     rail_comm.Free()

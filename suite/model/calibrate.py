@@ -140,7 +140,7 @@ def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
         time.sleep(poll_s)
 
 
-def _median_round(comm, body, reps: int) -> float:
+def median_round(comm, body, reps: int) -> float:
     """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
     every round starts from a barrier, and ranks done with a round sleep until the next."""
     times = []
@@ -183,7 +183,7 @@ def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips:
                 comm.Send(ack, dest=peer, tag=2)
 
     body()  # warm-up: connections
-    return _median_round(comm, body, reps) / trips
+    return median_round(comm, body, reps) / trips
 
 
 def _burst(comm, a: int, b: int, nbytes: int, reps: int, idle_s: float) -> float:
@@ -228,7 +228,7 @@ def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -
             r.Wait()
 
     body()
-    return _median_round(comm, body, reps)
+    return median_round(comm, body, reps)
 
 
 def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
@@ -261,7 +261,7 @@ def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> float:
             r.Wait()
 
     body()
-    return _median_round(comm, body, reps)
+    return median_round(comm, body, reps)
 
 
 def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
@@ -279,7 +279,7 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
             comm.Send(send[:nbytes], dest=0, tag=4)
 
     body()
-    return _median_round(comm, body, reps)
+    return median_round(comm, body, reps)
 
 
 def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
@@ -324,7 +324,7 @@ def _stage_rounds(comm, g: int, rounds: int, reps: int) -> float:
             _start_wait(reqs)
 
     body()
-    secs = _median_round(comm, body, reps) / rounds
+    secs = median_round(comm, body, reps) / rounds
     _free(plans)
     return secs
 
@@ -350,7 +350,7 @@ def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
             comm.Send(ack, dest=a, tag=7)
 
     body()
-    secs = _median_round(comm, body, reps)
+    secs = median_round(comm, body, reps)
     _free([reqs])
     return secs
 
@@ -418,7 +418,7 @@ def _poll(win, arrived, pending: list, deadline: float, what: str) -> None:
             time.sleep(20e-6)
 
 
-def _put_rounds(comm, g: int, dtype: np.dtype, reps: int, calls: int,
+def put_rounds(comm, g: int, dtype: np.dtype, reps: int, calls: int,
                 timeout_s: float = 60.0) -> float:  # fmt: skip
     """Seconds of one step of NVRAR's inter-node recursive doubling on one cell: every
     rank packs one LL8 cell of ``dtype`` elements with the call's flag, puts it into its
@@ -466,7 +466,7 @@ def _put_rounds(comm, g: int, dtype: np.dtype, reps: int, calls: int,
                     pending.clear()
 
         body()  # warm-up: connections
-        return _median_round(comm, body, reps) / (calls * nsteps)
+        return median_round(comm, body, reps) / (calls * nsteps)
 
 
 def _put_exchange(comm, g: int, pairs: list[tuple[int, int]], nbytes: int, reps: int,
@@ -506,7 +506,7 @@ def _put_exchange(comm, g: int, pairs: list[tuple[int, int]], nbytes: int, reps:
             MPI.Request.Waitall(pending)
 
         body()  # warm-up: connections
-        return _median_round(comm, body, reps)
+        return median_round(comm, body, reps)
 
 
 def _rail(comm, g: int):
@@ -646,7 +646,7 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         busy = busy_pairs(p, g, "scaleout")
-        secs = _put_rounds(comm, g, opts["dtype"], reps, 5)
+        secs = put_rounds(comm, g, opts["dtype"], reps, 5)
         add("put", "scaleout", p, 8, secs, reps * 5)
         secs = _put_exchange(comm, g, busy, nbytes, reps)
         add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
