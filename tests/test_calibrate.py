@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -213,7 +214,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "flows", "exchange", "put-exchange", "burst", "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "exchange", "put-exchange", "burst", "eager", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] > 0).all()
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
@@ -236,6 +237,87 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert rec["params"]["stage_cost_bytes"] == expected
     assert rec["info"]["stage_cost"]["bytes"] == expected
     assert str(out) in rec["info"]["stage_cost"]["source"] and rec["nwrong"] == 0
+    # --update: only a step's fixed costs measured again, on the same shape
+    again = tmp_path / "cal" / "again.toml"
+    proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out",
+                       str(again), "--update", str(out), "--reps", "2", "--passes", "1",
+                       "--stage-rounds", "4"], timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    newer = parse_profile(tomllib.loads(again.read_text()), again)
+    run2 = newer.fabric.sources["stage_cost_us"].split(":")[1].strip()
+    assert run2.startswith("calibrate-") and run2 != run
+    assert newer.fabric.sources["scaleout_GBps"] == prof.fabric.sources["scaleout_GBps"]
+    assert newer.fabric.scaleout_GBps == prof.fabric.scaleout_GBps
+    rows = pd.read_json(cal.points_path(again), lines=True)
+    assert set(rows[rows["run"] == run2]["kind"]) == set(cal.STEP_KINDS)
+    proc = run_mpi(2, ["-m", "commbench", "calibrate", "--gpus-per-node", "1", "--out",
+                       str(tmp_path / "other.toml"), "--update", str(out)], timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "update it on the same shape" in proc.stderr
+
+
+def test_the_eager_limit_is_the_last_size_a_late_receiver_did_not_hold_up():
+    late = cal.EAGER_LATE_S * 1e6
+
+    def eager(tier, times):
+        return [dict(kind="eager", tier=tier, peers=1, bytes=b, reps=3, time_us=t, GBps=None)
+                for b, t in zip(cal.EAGER_SIZES, times, strict=False)]  # fmt: skip
+
+    quick, held = 0.002 * late, 1.01 * late
+    pts = eager("scaleout", [quick] * 6 + [held] * 3) + eager("scaleup", [held] * 9)
+    assert cal.eager_limit(pts, "scaleout") == cal.EAGER_SIZES[5] == 32 << 10
+    assert cal.eager_limit(pts, "scaleup") == 0
+    # a slow small send ends the run of eager sizes: a larger quick one is not trusted
+    assert cal.eager_limit(eager("scaleout", [quick, held, quick]), "scaleout") == 1024
+    assert cal.eager_limit(points(), "scaleout") is None  # calibrations before the points
+    c, why = cal.fit(points() + pts, gpus_per_node=2, nranks=4)
+    assert (c["scaleout_eager_bytes"], c["scaleup_eager_bytes"]) == (32 << 10, 0)
+    assert "40 ms late" in why["scaleout_eager_bytes"]
+    fabric = FabricTable(**{k: v for k, v in c.items() if k != "incast"}, scaleup="u",
+                         scaleout="o", sources={}).per_gpu(2)  # fmt: skip
+    assert (fabric.nic_eager_bytes, fabric.scaleup_eager_bytes) == (32 << 10, 0)
+
+
+def test_update_refits_only_a_step_s_fixed_costs():
+    """``calibrate --update``: the step points measured again replace the old ones, the
+    step constants are fitted from them (sources naming the new run), every other
+    constant and source stays as the profile had it."""
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+
+    old = [{"run": "r0", **q} for q in points(lat=100.0, msg=20.0, stage=500.0, put=30.0)]
+    c, why = cal.fit(old, gpus_per_node=2, nranks=4)
+    base = load_toml(load_profile("local-cluster").path)
+    data = cal.profile_data(base, "first", c, why, "r0", 2, "lossless")
+    fresh = [q for q in points(lat=150.0, msg=30.0, stage=400.0, put=60.0)
+             if q["kind"] in cal.STEP_KINDS]  # fmt: skip
+    new, merged, refit = cal.refresh_steps(data, old, fresh, "r1", "second", 2, 4)
+    assert new["name"] == "second" and "(r1)" in new["description"]
+    assert set(refit) == set(cal.STEP_KEYS)
+    fab, was = new["fabric"], data["fabric"]
+    assert fab["scaleout_latency_us"] == pytest.approx(150.0)
+    assert fab["msg_us"] == pytest.approx(30.0) and fab["stage_cost_us"] == pytest.approx(400.0)
+    assert fab["put_us"] == pytest.approx(60.0)
+    for key in fab:
+        if key in cal.STEP_KEYS:
+            assert fab["sources"][key].startswith("measured: r1: ")
+        elif key != "sources":
+            assert fab[key] == was[key] and fab["sources"].get(key) == was["sources"].get(key)
+    assert [cal._point_id(q) for q in merged] == [cal._point_id(q) for q in old]
+    assert {q["run"] for q in merged if q["kind"] in cal.STEP_KINDS} == {"r1"}
+    assert {q["run"] for q in merged if q["kind"] not in cal.STEP_KINDS} == {"r0"}
+    parse_profile(tomllib.loads(cal.dump_toml(new)), Path("second.toml"))  # reads back
+    assert data["fabric"]["scaleout_latency_us"] == pytest.approx(100.0)  # not modified
+
+
+def test_update_names_what_is_wrong_with_its_profile(tmp_path, capsys):
+    bare = tmp_path / "bare.toml"
+    bare.write_text('name = "bare"\n')
+    for path, words in ((tmp_path / "none.toml", "no such profile"),
+                        (bare, "run a full calibrate first")):  # fmt: skip
+        assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--update", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1
+    assert not (tmp_path / "x.toml").exists()
 
 
 _SLOW_READER = """

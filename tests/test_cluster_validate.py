@@ -25,9 +25,10 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     doc.write_text(f"# kept above\n\n{validate.BEGIN}\nold table\n{validate.END}\n\nkept below\n")
     out = tmp_path / "run"
     try:
-        status = validate.main(["--prefix", PREFIX, "--a2a-shapes", "2x2", "--ar-shapes", "",
+        status = validate.main(["--prefix", PREFIX, "--a2a-shapes", "2x2", "--ar-shapes", "2x2",
                                 "--a2a-sizes", "256K", "--workloads", "zipf:0.8",
-                                "--a2a-impls", "fanout,mpi", "--iters", "2", "--passes", "1",
+                                "--a2a-impls", "fanout,mpi", "--ar-sizes", "256,64K",
+                                "--ar-impls", "ring", "--iters", "2", "--passes", "1",
                                 "--timeout", "240",
                                 "--out", str(out), "--doc", str(doc)])  # fmt: skip
     finally:
@@ -41,7 +42,17 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     points = pd.read_json(out / "profile-2x2-deep.points.jsonl", lines=True)
     assert "calibrate" not in set(points["kind"]) and {"stream", "allnics"} <= set(points["kind"])
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    assert {r["impl"] for r in rows} == {"fanout", "mpi"}
+    assert {r["impl"] for r in rows} == {"fanout", "mpi", "ring"}
+    # all-reduce up to --step-bytes (4K): modelled from step costs calibrated before it
+    small, large = (next(r for r in rows if r["impl"] == "ring" and r["size"] == n)
+                    for n in (256, 64 << 10))  # fmt: skip
+    assert large["step_profiles"] is None and small["step_profiles"] == [
+        "profile-2x2-deep-steps-r1-ring.toml"
+    ]
+    steps = out / small["step_profiles"][0]
+    fresh = parse_profile(tomllib.loads(steps.read_text()), steps)
+    assert fresh.fabric.sources["stage_cost_us"] != prof.fabric.sources["stage_cost_us"]
+    assert fresh.fabric.sources["scaleout_GBps"] == prof.fabric.sources["scaleout_GBps"]
     for r in rows:
         assert r["nwrong"] == 0 and r["measured_us"] > 0
         assert r["model_us"] > 0 and math.isfinite(r["model_us"] / r["measured_us"])
@@ -82,6 +93,26 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     assert validate.main(["--tables", str(path), "--remodel"]) == 0
     text = capsys.readouterr().out
     assert "| 2x2 | deep | allreduce | - | 4K | mpi (han(" in text and "lat x2.50 |" in text
+    # a point modelled per launch: remodelled from each launch's profile, the median
+    slow = cal.profile_data(base, "profile-2x2-deep-steps-r1-mpi",
+                            {**c, "stage_cost_us": 10 * c["stage_cost_us"]}, why, "r", 2,
+                            "lossless")  # fmt: skip
+    (tmp_path / "profile-2x2-deep-steps-r1-mpi.toml").write_text(cal.dump_toml(slow))
+    per_launch = {**row, "step_profiles": ["profile-2x2-deep-steps-r1-mpi.toml"]}
+    pd.DataFrame([row, per_launch]).to_json(path, orient="records", lines=True)
+    plain, stepped = validate.remodel(pd.read_json(path, lines=True).to_dict("records"),
+                                      tmp_path, 7)  # fmt: skip
+    assert stepped["model_us"] > plain["model_us"] > 0
+
+
+def test_a_point_modelled_per_launch_is_the_median_of_its_models():
+    rec = dict(collective="allreduce", size_bytes=256, impl="ring", nwrong=0)
+    measured = [{**rec, "time_us": t} for t in (100.0, 300.0)]
+    model = [{**rec, "time_us": t, "info": {}} for t in (90.0, 110.0, 400.0)]
+    key = ("allreduce", None, 256, "ring")
+    (row,) = validate.rows_of("2x2", "deep", measured, model, {key: ["a.toml", "b.toml"]})
+    assert row["measured_us"] == 200.0 and row["model_us"] == 110.0
+    assert row["step_profiles"] == ["a.toml", "b.toml"] and row["nwrong"] == 0
 
 
 def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, capsys):

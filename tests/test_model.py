@@ -377,6 +377,28 @@ def test_ring_closed_form():
     assert ar.ring(n, nodes, f).time_us == pytest.approx(expect)
 
 
+def test_a_ring_of_eager_messages_pays_each_link_in_turn():
+    """Ranks chain their own steps: with every message eager, a delay moves around the
+    ring (a path of 14 steps crosses 7 NICs and 7 links inside a node on 4 x 2); with
+    messages that wait for their receiver every step pays the slowest link."""
+    n, g, nodes = 64, 2, 4
+    f = fab(g, nic_us=100.0)
+    chunk, steps = n / 8, 14
+    cross, inside = 100.0 + us(chunk, NIC), UP_US + us(chunk, UP)
+    waits = ar.ring(n, nodes, f).time_us
+    assert waits == pytest.approx(steps * (STAGE + cross))
+    eager = f.with_(nic_eager_bytes=chunk, scaleup_eager_bytes=chunk)
+    assert ar.ring(n, nodes, eager).time_us == pytest.approx(steps * STAGE + 7 * cross + 7 * inside)
+    # above the limit the message waits again; one rank per node: every link alike
+    assert ar.ring(2 * n, nodes, eager).time_us == pytest.approx(
+        steps * (STAGE + 100.0 + us(2 * chunk, NIC))
+    )
+    one = fab(1, nic_us=100.0)
+    assert ar.ring(n, 8, one.with_(nic_eager_bytes=1e6)).time_us == pytest.approx(
+        ar.ring(n, 8, one).time_us
+    )
+
+
 def test_nccl_runs_small_calls_on_fewer_channels():
     # getAlgoInfo: drop channels while bytes < channels * threads * threshold
     # ring/LL on 16 ranks: threshold 8 * 16 bytes per thread, 512 threads

@@ -438,26 +438,47 @@ def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = Fa
 
 
 def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """Textbook flat ring: 2(P-1) steps of n/P on the slowest link."""
+    """Flat ring: 2(P-1) steps of n/P, each rank sending to its right neighbour and
+    receiving from its left (then reducing what came, in the first P-1).
+
+    Each rank's steps are chained on its own, as the implementation posts them (no
+    barrier between steps): a step ends when the left neighbour's message has arrived
+    and the rank's own send is done, which is at once for a message within the link's
+    eager limit (``nic_eager_bytes`` / ``scaleup_eager_bytes``; the message leaves when
+    its sender starts the step) and otherwise when the right neighbour has it (the
+    transfer starts once the receiver has posted too). With every link alike this is the
+    textbook 2(P-1)(α + βn/P) + γn(P-1)/P; where links differ (several ranks of a node
+    behind its NIC) a small message's delay moves around the ring instead of every step
+    paying the slowest link. Each sending NIC keeps its token bucket from step to step.
+    """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     p = nodes * g
+    lb = lower_bound_us(n, nodes, fabric)
     if p == 1:
-        t = fabric.stage_us
-    else:
-        cross = np.array(nodes > 1)
-        post = _two_sided_step_us(fabric)
-        step = float(_link(fabric, cross, n / p, post, concurrent=nodes))
-        steps_us = 2 * (p - 1) * step
-        if nodes > 1 and fabric.nic_burst_bytes:  # each step's bucket refills in its latency
-            tokens, steps_us = float(fabric.nic_burst_bytes), 0.0
-            for _ in range(2 * (p - 1)):
-                free, tokens = fabric.drain_bucket(tokens, post + fabric.nic_us, n / p)
-                steps_us += float(_link(fabric, cross, n / p, post, concurrent=nodes, free=free))
-        t = steps_us + fabric.reduce_time_us((p - 1) / p * n)
-    return Prediction(
-        "ring", np.full(p, float(t)), lower_bound_us(n, nodes, fabric), {"steps": 2 * (p - 1)}
-    )
+        return Prediction("ring", np.full(1, fabric.stage_us), lb, {"steps": 0})
+    rank = np.arange(p)
+    node_of = rank // g
+    left, right = (rank - 1) % p, (rank + 1) % p
+    cross = node_of[left] != node_of  # the link into each rank
+    chunk = n / p
+    eager = chunk <= np.where(cross, fabric.nic_eager_bytes, fabric.scaleup_eager_bytes)
+    post = _two_sided_step_us(fabric)
+    reduce_us = fabric.reduce_time_us(chunk)
+    t = np.zeros(p)
+    tokens = np.full(p, float(fabric.nic_burst_bytes))  # each sender's NIC
+    sent = np.full(p, -np.inf)  # when each sender's last bytes left
+    for step in range(2 * (p - 1)):
+        start = np.where(eager, t[left], np.maximum(t[left], t))
+        idle = start + post + fabric.nic_us - sent[left]
+        free, kept = fabric.drain_bucket(tokens[left], idle, chunk)
+        arrive = start + _link(fabric, cross, chunk, post, concurrent=nodes,
+                               free=np.where(cross, free, 0.0))  # fmt: skip
+        tokens[left] = np.where(cross, kept, tokens[left])
+        sent[left] = np.where(cross, arrive, sent[left])
+        done = np.where(eager[right], t + post, arrive[right])
+        t = np.maximum(done, arrive) + (reduce_us if step < p - 1 else 0.0)
+    return Prediction("ring", t, lb, {"steps": 2 * (p - 1)})
 
 
 def _intra_collective_us(n: int, fabric: Fabric, reduce: bool) -> float:

@@ -43,6 +43,11 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   harness's barrier). Messages of a few KiB, which such a NIC would charge a rate time
   far above their latency, then cost their latency, as measured. The all-to-allv steps
   do not use it (their flows are 128 KiB and more at the sizes validated). 0 by default.
+* ``scaleup_eager_bytes`` / ``nic_eager_bytes``: a host-driven rank's send of at most
+  this many bytes completes without its receiver (the MPI library's eager protocol), so
+  in a ring, where a rank waits only for its left neighbour's message, a rank's step
+  does not wait for its right neighbour; larger messages wait for the receiver to post.
+  0 by default (every message waits).
 * ``exchange_GBps`` caps one direction of an exchange: a flow whose reverse (the same
   pair, the other way) moves in the same step lasts at least its bytes over it. Measured
   by ``commbench calibrate`` (every rank exchanging with one peer at once) and kept where
@@ -123,6 +128,11 @@ class Fabric:
     #: depth of a token bucket refilled at ``nic_GBps`` (tc tbf's ``burst`` on the
     #: emulated cluster; 0, the default, on a NIC that sends every byte at its rate)
     nic_burst_bytes: float = 0.0
+    #: the largest message a host-driven rank sends without waiting for its receiver (the
+    #: MPI library's eager limit) inside a node and across nodes; 0, the default: every
+    #: message waits for its receiver to post (:func:`~commbench.kernels.model.allreduce.ring`)
+    scaleup_eager_bytes: float = 0.0
+    nic_eager_bytes: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -183,6 +193,8 @@ class Fabric:
             "put_us",
             "switch_buffer_MB",
             "nic_burst_bytes",
+            "scaleup_eager_bytes",
+            "nic_eager_bytes",
         ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):

@@ -50,7 +50,10 @@ class FabricTable(BaseModel):
       ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps);
       ``scaleout_burst_bytes`` (what one NIC passes at once after an idle spell before
       its rate applies: a token bucket's depth, measured by ``commbench calibrate``
-      where a NIC is shaped by one, as the emulated cluster's are).
+      where a NIC is shaped by one, as the emulated cluster's are);
+      ``scaleup_eager_bytes`` / ``scaleout_eager_bytes`` (the largest message a host's
+      MPI sends without waiting for its receiver on that tier: its eager limit, measured
+      by ``commbench calibrate``; None: every message waits for its receiver).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -80,6 +83,8 @@ class FabricTable(BaseModel):
     exchange_GBps: float | None = Field(None, gt=0)
     put_exchange_GBps: float | None = Field(None, gt=0)
     scaleout_burst_bytes: float | None = Field(None, ge=0)
+    scaleup_eager_bytes: float | None = Field(None, ge=0)
+    scaleout_eager_bytes: float | None = Field(None, ge=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -117,6 +122,10 @@ class FabricTable(BaseModel):
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         if self.scaleout_burst_bytes is not None:
             values["nic_burst_bytes"] = self.scaleout_burst_bytes * self.nics_per_node / node_gpus
+        if self.scaleup_eager_bytes is not None:
+            values["scaleup_eager_bytes"] = self.scaleup_eager_bytes
+        if self.scaleout_eager_bytes is not None:
+            values["nic_eager_bytes"] = self.scaleout_eager_bytes
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         case = flow_control or self.flow_control

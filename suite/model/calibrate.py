@@ -49,6 +49,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     ``scaleout_burst_bytes`` (kept only where the two sizes agree on a depth that
     matters, at least a tenth of the smaller message, and the smaller did pay the rate
     for some bytes).
+``eager``
+    rank 0 sends one message of 1 KiB, 2 KiB, ... 256 KiB to a rank of its node and to
+    node 1 whose receive is posted 40 ms late: a send within the MPI library's eager
+    limit returns at once, a larger one waits for the receiver. The largest size up to
+    which every send returned in under 20 ms is ``scaleup_eager_bytes`` /
+    ``scaleout_eager_bytes`` (a ring's small steps then wait only for their left
+    neighbour).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -113,11 +120,22 @@ POST_COUNTS = (1, 16, 64)
 BURST_IDLE_S = 0.1
 
 
+#: message sizes of the ``eager`` points, and how late their receiver posts (seconds)
+EAGER_SIZES = tuple(1 << k for k in range(10, 19))  # 1 KiB .. 256 KiB
+EAGER_LATE_S = 0.04
+
+
 def burst_sizes(nbytes: int) -> tuple[int, int, int]:
     """The ``burst`` points' message sizes: 8 B (the base), a 16th and a quarter of the
     stream's."""
     return 8, max(nbytes // 16, 16), max(nbytes // 4, 32)
 
+
+#: the constants of a step's fixed cost, which ``--update`` measures again (on the
+#: emulated cluster they moved by up to 1.4x within minutes while the rates held)
+STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us")
+#: the point kinds they are fitted from (:func:`fit`)
+STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put")
 
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
@@ -205,6 +223,25 @@ def _burst(comm, a: int, b: int, nbytes: int, reps: int, idle_s: float) -> float
         elif comm.rank == b:
             comm.Recv(buf[:nbytes], source=a, tag=3)
             comm.Send(ack, dest=a, tag=4)
+    return comm.bcast(float(np.median(times[1:])) if comm.rank == a else 0.0, root=a)
+
+
+def _late_receiver(comm, a: int, b: int, nbytes: int, reps: int, late_s: float) -> float:
+    """Seconds ``a``'s blocking ``Send`` of ``nbytes`` to ``b`` takes while ``b`` sleeps
+    ``late_s`` before posting its receive: about ``late_s`` or more where the library waits
+    for the receiver (rendezvous), far less within its eager limit. Median over ``reps``
+    (after one warm-up), timed on ``a``. Collective."""
+    buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    times = []
+    for _ in range(reps + 1):
+        _quiet_barrier(comm)
+        if comm.rank == a:
+            t0 = _now()
+            comm.Send(buf[:nbytes], dest=b, tag=9)
+            times.append(_now() - t0)
+        elif comm.rank == b:
+            time.sleep(late_s)
+            comm.Recv(buf[:nbytes], source=a, tag=9)
     return comm.bcast(float(np.median(times[1:])) if comm.rank == a else 0.0, root=a)
 
 
@@ -598,8 +635,10 @@ def _point_id(point: dict) -> tuple:
 
 
 def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
-    """One pass over every microbenchmark: each point the median of its ``reps``."""
+    """One pass over every microbenchmark (with ``opts["steps_only"]`` only the
+    :data:`STEP_KINDS`): each point the median of its ``reps``."""
     p, g = comm.size, gpus_per_node
+    steps_only = opts.get("steps_only", False)
     nodes = p // g
     reps, nbytes, ibytes = opts["reps"], opts["bytes"], opts["incast_bytes"]
     points: list[dict] = []
@@ -619,13 +658,17 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         busy = busy_pairs(p, g, tier)
         secs = _pingpong(comm, busy, 8, reps, 20) / 2
         add("pingpong-all", tier, 2 * len(busy), 8, secs, reps * 20)
+        if steps_only:
+            continue
         add("stream", tier, 1, nbytes, _pingpong(comm, [(0, peer)], nbytes, reps), reps)
         if tier == "scaleout":
             for size in burst_sizes(nbytes):
                 n_reps = 2 * reps + 1  # one message each: a spread of a few 100 us
                 secs = _burst(comm, 0, peer, size, n_reps, BURST_IDLE_S)
                 add("burst", tier, 1, size, secs, n_reps)
-    if nodes > 1:
+        for size in EAGER_SIZES:
+            add("eager", tier, 1, size, _late_receiver(comm, 0, peer, size, 3, EAGER_LATE_S), 3)
+    if nodes > 1 and not steps_only:
         rail = {r: (((r // g + 1) % nodes) * g + r % g, ((r // g - 1) % nodes) * g + r % g)
                 for r in range(p)}  # fmt: skip
         for size in fabric_sizes(nbytes, opts["fabric_bytes"]):
@@ -641,13 +684,17 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         while k <= len(remote):
             add("incast", "scaleout", k, ibytes, _incast(comm, remote[:k], ibytes, reps), reps)
             k = k * 2 if k * 2 <= len(remote) or k == len(remote) else len(remote)
+    if nodes > 1:
         rounds = opts["stage_rounds"]
         add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
-        busy = busy_pairs(p, g, "scaleout")
         secs = put_rounds(comm, g, opts["dtype"], reps, 5)
         add("put", "scaleout", p, 8, secs, reps * 5)
+    if steps_only:
+        return points
+    if nodes > 1:
+        busy = busy_pairs(p, g, "scaleout")
         secs = _put_exchange(comm, g, busy, nbytes, reps)
         add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
     dtype = opts["dtype"]
@@ -681,7 +728,9 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two
     posts; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
-    = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`).
+    = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`);
+    ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
+    (:func:`eager_limit`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -815,10 +864,43 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"(b = {', '.join(str(b) for b in sizes)}): above the 8 B one, the larger "
             f"left {' and '.join(f'{f:.0f}' for f in free)} B unpaid at the stream's rate"
         )
+    for tier in ("scaleup", "scaleout") if g > 1 else ("scaleout",):
+        limit = eager_limit(points, tier)
+        if limit is not None:  # calibrations before the eager points have none
+            to = "a rank of its node" if tier == "scaleup" else "node 1"
+            sizes = [q["bytes"] for q in points if q["kind"] == "eager" and q["tier"] == tier]
+            c[f"{tier}_eager_bytes"] = limit
+            why[f"{tier}_eager_bytes"] = (
+                f"rank 0 sending b B to {to}, whose receive is posted "
+                f"{EAGER_LATE_S * 1e3:g} ms late (b = {_sizes_text(sizes)}): the largest b "
+                "up to which every send returned in under half that"
+            )
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
     return {k: _round(v) for k, v in c.items()}, why
+
+
+def eager_limit(points: list[dict], tier: str) -> int | None:
+    """The largest ``eager`` size of ``tier`` up to which every send returned in under
+    half the receiver's lateness (0 where the smallest did not); None without the points."""
+    sizes = sorted((q["bytes"], q["time_us"]) for q in points
+                   if q["kind"] == "eager" and q["tier"] == tier)  # fmt: skip
+    if not sizes:
+        return None
+    limit = 0
+    for nbytes, us in sizes:
+        if us >= EAGER_LATE_S * 1e6 / 2:
+            break
+        limit = nbytes
+    return limit
+
+
+def _sizes_text(sizes) -> str:
+    """``1K, 2K, ...`` for a list of byte counts."""
+    from commbench.units import format_size
+
+    return ", ".join(format_size(int(b)) for b in sizes)
 
 
 def _burst_bytes(points: list[dict], nic_GBps: float) -> tuple[float, list[float]] | None:
@@ -891,6 +973,36 @@ def profile_data(
     fabric["sources"] = sources
     data["fabric"] = fabric
     return data
+
+
+def refresh_steps(
+    data: dict,
+    old: list[dict],
+    new: list[dict],
+    run: str,
+    name: str,
+    gpus_per_node: int,
+    nranks: int,
+) -> tuple[dict, list[dict], dict]:
+    """A calibrated profile (its TOML ``data`` and raw points ``old``), renamed ``name``,
+    with the :data:`STEP_KEYS` fitted again, ``new`` (points of ``run``) in place of the
+    points they measure again; every other constant and its source kept as it was.
+
+    Returns ``(the profile's data, every raw point after the swap, the refitted
+    constants)``."""
+    fresh = {_point_id(q): {**q, "run": run} for q in new}
+    merged = [fresh.pop(_point_id(q), q) for q in old] + list(fresh.values())
+    constants, why = fit(merged, gpus_per_node, nranks)
+    out = json.loads(json.dumps(data))  # a deep copy of plain TOML values
+    out["name"] = name
+    fabric = out.setdefault("fabric", {})
+    sources = fabric.setdefault("sources", {})
+    keys = [k for k in STEP_KEYS if k in constants]
+    for key in keys:
+        fabric[key] = constants[key]
+        sources[key] = f"measured: {run}: {why[key]}"
+    out["description"] = f"{data.get('description', '')}; its step costs measured again ({run})"
+    return out, merged, {k: constants[k] for k in keys}
 
 
 def _toml_key(key: str) -> str:
@@ -980,6 +1092,11 @@ def add_arguments(p) -> None:
                    help="which incast case the measured coefficient is (default lossless)")  # fmt: skip
     p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
+    p.add_argument("--update", default=None, metavar="PROFILE.toml",
+                   help="measure only a step's fixed costs (the 8 B ping-pongs, the posting "
+                   "cost, the empty stage round, the put step) and write PROFILE, a "
+                   "calibrated one, with those fitted again and every other constant kept "
+                   "(its raw points file supplies the rest; --base is not used)")  # fmt: skip
 
 
 def _launched_rank() -> int:
@@ -1004,8 +1121,12 @@ def check_arguments(args) -> tuple[dict, dict]:
         raise UsageError(f"--out {args.out}: name the profile NAME.toml")
     check_output_path(out, "--out")
     check_output_path(points_path(out), "--out (its raw points file)")
-    base = load_profile(args.base)
-    opts = {
+    opts: dict[str, Any] = {"steps_only": bool(args.update)}
+    if args.update:
+        data, opts["old_points"] = _calibrated(Path(args.update))
+    else:
+        data = load_toml(load_profile(args.base).path)
+    opts |= {
         "bytes": parse_size(args.bytes),
         "incast_bytes": parse_size(args.incast_bytes),
         "fabric_bytes": parse_size(args.fabric_bytes),
@@ -1017,7 +1138,40 @@ def check_arguments(args) -> tuple[dict, dict]:
     for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds"):
         if opts[key] < 1:
             raise UsageError(f"--{key.replace('_', '-')} must be at least 1 (got {opts[key]})")
-    return load_toml(base.path), opts
+    return data, opts
+
+
+def _calibrated(path: Path) -> tuple[dict, list[dict]]:
+    """``--update``'s profile: its TOML data and raw points; ``UsageError`` unless both
+    are there and the points are a calibrate's."""
+    from commbench.config import load_toml
+
+    points = points_path(path)
+    if path.suffix != ".toml" or not path.is_file():
+        raise UsageError(f"--update {path}: no such profile; give a NAME.toml calibrate wrote")
+    try:
+        rows = [json.loads(line) for line in points.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"--update {path}: its raw points {points} cannot be read ({exc}); "
+            "run a full calibrate first"
+        ) from None
+    if not rows or any(not set(POINT_KEYS) <= set(r) for r in rows):
+        raise UsageError(f"--update {path}: {points} holds no calibrate points; run a full "
+                         "calibrate first")  # fmt: skip
+    return load_toml(path), rows
+
+
+def _check_same_shape(data: dict, old: list[dict], topo, source: str) -> None:
+    """``--update`` on the shape its profile was calibrated on (its points are per shape)."""
+    g = data.get("devices", {}).get("gpus_per_node")
+    ranks = {q["peers"] for q in old if q["kind"] == "stage"}
+    if g != topo.gpus_per_node or ranks != {topo.size}:
+        was = "/".join(str(r) for r in sorted(ranks)) or "unknown"
+        raise UsageError(
+            f"--update {source}: calibrated on {was} ranks, {g} per node; this run "
+            f"has {topo.size}, {topo.gpus_per_node} per node: update it on the same shape"
+        )
 
 
 def run_calibrate(args) -> int:
@@ -1046,23 +1200,36 @@ def run_calibrate(args) -> int:
                 "calibrate needs ranks on at least two nodes to measure the scale-out tier: "
                 "start it on two hosts or give --gpus-per-node below the rank count"
             )
+        if args.update:
+            try:
+                _check_same_shape(base, opts["old_points"], topo, args.update)
+            except UsageError:
+                if topo.rank:
+                    return 2
+                raise
         run = comm.bcast(run_id() if comm.rank == 0 else None, root=0)
         points = measure(topo.world, topo.gpus_per_node, opts)
         if topo.rank != 0:
             return 0
-        constants, reasons = fit(points, topo.gpus_per_node, topo.size)
         out = Path(args.out)
-        data = profile_data(base, out.stem, constants, reasons, run, topo.gpus_per_node,
-                            args.flow_control, args.scaleout)  # fmt: skip
+        what = f"each point the median of {opts['passes']} passes of {opts['reps']} rounds"
+        if args.update:
+            data, rows, constants = refresh_steps(base, opts["old_points"], points, run,
+                                                  out.stem, topo.gpus_per_node, topo.size)  # fmt: skip
+            what = (f"{', '.join(constants)} measured again ({what}), every other constant "
+                    f"as in {args.update}")  # fmt: skip
+        else:
+            constants, reasons = fit(points, topo.gpus_per_node, topo.size)
+            data = profile_data(base, out.stem, constants, reasons, run, topo.gpus_per_node,
+                                args.flow_control, args.scaleout)  # fmt: skip
+            rows = [{"run": run, **q} for q in points]
         text = dump_toml(data, header=(
             f"Written by `commbench calibrate` ({run}) on {topo.nodes} nodes x "
-            f"{topo.gpus_per_node} ranks, each point the median of {opts['passes']} "
-            f"passes of {opts['reps']} rounds;\nraw points: {points_path(out).name}. "
+            f"{topo.gpus_per_node} ranks, {what};\nraw points: {points_path(out).name}. "
             "Microbenchmarks only: no collective it predicts was measured."))  # fmt: skip
         import tomllib
 
         parse_profile(tomllib.loads(text), out)  # what we write reads back as a profile
-        rows = [{"run": run, **q} for q in points]
         write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in rows))
         write_atomic(out, text)
     except UsageError:
