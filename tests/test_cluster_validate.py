@@ -9,6 +9,7 @@ import json
 import math
 
 import pandas as pd
+import pytest
 import tomllib
 
 from commbench.benchmarks import validate
@@ -27,7 +28,7 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     try:
         status = validate.main(["--prefix", PREFIX, "--a2a-shapes", "2x2", "--ar-shapes", "2x2",
                                 "--a2a-sizes", "256K", "--workloads", "zipf:0.8",
-                                "--a2a-impls", "fanout,mpi", "--ar-sizes", "256,64K",
+                                "--a2a-impls", "fanout,mpi", "--ar-sizes", "256",
                                 "--ar-impls", "ring", "--iters", "2", "--passes", "1",
                                 "--timeout", "240",
                                 "--out", str(out), "--doc", str(doc)])  # fmt: skip
@@ -43,16 +44,15 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     assert "calibrate" not in set(points["kind"]) and {"stream", "allnics"} <= set(points["kind"])
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert {r["impl"] for r in rows} == {"fanout", "mpi", "ring"}
-    # all-reduce up to --step-bytes (4K): modelled from step costs calibrated before it
-    small, large = (next(r for r in rows if r["impl"] == "ring" and r["size"] == n)
-                    for n in (256, 64 << 10))  # fmt: skip
-    assert large["step_profiles"] is None and small["step_profiles"] == [
-        "profile-2x2-deep-steps-r1-ring.toml"
-    ]
-    steps = out / small["step_profiles"][0]
-    fresh = parse_profile(tomllib.loads(steps.read_text()), steps)
-    assert fresh.fabric.sources["stage_cost_us"] != prof.fabric.sources["stage_cost_us"]
-    assert fresh.fabric.sources["scaleout_GBps"] == prof.fabric.sources["scaleout_GBps"]
+    # all-reduce modelled from the step costs measured again before its launch (pooled)
+    ring = next(r for r in rows if r["impl"] == "ring")
+    assert ring["profile"] == "profile-2x2-deep-steps.toml"
+    assert all(r["profile"] is None for r in rows if r["collective"] == "alltoallv")
+    steps = out / ring["profile"]
+    pooled = parse_profile(tomllib.loads(steps.read_text()), steps)
+    assert "median of 1 calibrate --update runs" in pooled.fabric.sources["stage_cost_us"]
+    assert pooled.fabric.sources["scaleout_GBps"] == prof.fabric.sources["scaleout_GBps"]
+    assert (out / "profile-2x2-deep-steps-r1-ring.toml").exists()
     for r in rows:
         assert r["nwrong"] == 0 and r["measured_us"] > 0
         assert r["model_us"] > 0 and math.isfinite(r["model_us"] / r["measured_us"])
@@ -93,26 +93,56 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     assert validate.main(["--tables", str(path), "--remodel"]) == 0
     text = capsys.readouterr().out
     assert "| 2x2 | deep | allreduce | - | 4K | mpi (han(" in text and "lat x2.50 |" in text
-    # a point modelled per launch: remodelled from each launch's profile, the median
-    slow = cal.profile_data(base, "profile-2x2-deep-steps-r1-mpi",
+    # a row modelled from another profile (pooled step costs) is remodelled from it
+    slow = cal.profile_data(base, "profile-2x2-deep-steps",
                             {**c, "stage_cost_us": 10 * c["stage_cost_us"]}, why, "r", 2,
                             "lossless")  # fmt: skip
-    (tmp_path / "profile-2x2-deep-steps-r1-mpi.toml").write_text(cal.dump_toml(slow))
-    per_launch = {**row, "step_profiles": ["profile-2x2-deep-steps-r1-mpi.toml"]}
-    pd.DataFrame([row, per_launch]).to_json(path, orient="records", lines=True)
+    (tmp_path / "profile-2x2-deep-steps.toml").write_text(cal.dump_toml(slow))
+    pooled = {**row, "profile": "profile-2x2-deep-steps.toml"}
+    pd.DataFrame([row, pooled]).to_json(path, orient="records", lines=True)
     plain, stepped = validate.remodel(pd.read_json(path, lines=True).to_dict("records"),
                                       tmp_path, 7)  # fmt: skip
     assert stepped["model_us"] > plain["model_us"] > 0
 
 
-def test_a_point_modelled_per_launch_is_the_median_of_its_models():
-    rec = dict(collective="allreduce", size_bytes=256, impl="ring", nwrong=0)
-    measured = [{**rec, "time_us": t} for t in (100.0, 300.0)]
-    model = [{**rec, "time_us": t, "info": {}} for t in (90.0, 110.0, 400.0)]
-    key = ("allreduce", None, 256, "ring")
-    (row,) = validate.rows_of("2x2", "deep", measured, model, {key: ["a.toml", "b.toml"]})
-    assert row["measured_us"] == 200.0 and row["model_us"] == 110.0
-    assert row["step_profiles"] == ["a.toml", "b.toml"] and row["nwrong"] == 0
+def test_pooled_step_costs_are_the_median_of_the_updates(tmp_path):
+    """Three ``--update`` runs of one profile: the pooled profile's step constants are
+    fitted from each step point's median over them, every other constant kept."""
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+    from commbench.model import calibrate as cal
+    from tests.test_calibrate import points
+
+    def write(path, data, rows):
+        path.write_text(cal.dump_toml(data))
+        cal.points_path(path).write_text("".join(json.dumps(q) + "\n" for q in rows))
+
+    old = [{"run": "r0", **q} for q in points(lat=100.0, stage=500.0)]
+    c, why = cal.fit(old, gpus_per_node=2, nranks=4)
+    data = cal.profile_data(load_toml(load_profile("local-cluster").path), "main", c, why,
+                            "r0", 2, "lossless")  # fmt: skip
+    main = tmp_path / "main.toml"
+    write(main, data, old)
+    updates = []
+    for i, (lat, stage) in enumerate(((150.0, 300.0), (90.0, 900.0), (120.0, 400.0))):
+        fresh = [q for q in points(lat=lat, stage=stage) if q["kind"] in cal.STEP_KINDS]
+        new, merged, _ = cal.refresh_steps(data, old, fresh, f"r{i + 1}", f"u{i}", 2, 4)
+        updates.append(tmp_path / f"u{i}.toml")
+        write(updates[-1], new, merged)
+    out = tmp_path / "pooled.toml"
+    constants = cal.pool_updates(main, updates, out)
+    prof = parse_profile(tomllib.loads(out.read_text()), out)
+    assert prof.name == "pooled" and constants["scaleout_latency_us"] == 120.0
+    assert prof.fabric.scaleout_latency_us == 120.0
+    # the stage point's median (lat + 2 msg + stage: 1). 480, 2). 1030, 3). 560)
+    assert prof.fabric.stage_cost_us == pytest.approx(560.0 - 120.0 - 2 * 20.0)
+    assert prof.fabric.sources["stage_cost_us"].startswith(
+        "measured: median of 3 calibrate --update runs, r1 .. r3: "
+    )
+    assert prof.fabric.scaleout_GBps == c["scaleout_GBps"]
+    assert prof.fabric.sources["scaleout_GBps"] == data["fabric"]["sources"]["scaleout_GBps"]
+    rows = pd.read_json(cal.points_path(out), lines=True)
+    assert len(rows) == len(old) and (rows[rows["kind"] == "stage"]["time_us"] == 560.0).all()
 
 
 def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, capsys):

@@ -41,6 +41,7 @@ from commbench.cluster.plan import ClusterSpec
 from commbench.cluster.profiles import load_emulated_profile
 from commbench.errors import UsageError
 from commbench.harness.workloads import generate
+from commbench.model.calibrate import pool_updates
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbval"
@@ -215,25 +216,22 @@ def _key(rec: dict) -> tuple:
 
 
 def rows_of(shape: str, queue: str, measured: list[dict], model: list[dict],
-            step_profiles: dict | None = None) -> list[dict]:  # fmt: skip
-    """Measured next to modelled, one row per point: the median over rounds of each (a
-    point modelled once per launch, from the step costs calibrated before it, has one
-    model record per launch; ``step_profiles`` names those profiles per point)."""
+            profile: str | None = None) -> list[dict]:  # fmt: skip
+    """Measured next to modelled, one row per point (median over rounds); ``profile``:
+    the profile the model used where it is not the shape's calibration (a row's
+    ``profile``, None for that one)."""
     times: dict[tuple, list[float]] = {}
     for rec in measured:
         times.setdefault(_key(rec), []).append(float(rec["time_us"]))
-    pred: dict[tuple, list[dict]] = {}
-    for r in model:
-        pred.setdefault(_key(r), []).append(r)
+    pred = {_key(r): r for r in model}
     rows = []
     for key, ts in times.items():
-        ms = pred.get(key, [])
-        info = (ms[0].get("info") if ms else None) or {}
+        m = pred.get(key)
+        info = (m or {}).get("info") or {}
         rows.append(dict(shape=shape, queue=queue, collective=key[0], workload=key[1],
                          size=key[2], impl=key[3], measured_us=float(np.median(ts)),
-                         model_us=float(np.median([m["time_us"] for m in ms])) if ms else None,
-                         algo=info.get("algo"),
-                         step_profiles=(step_profiles or {}).get(key),
+                         model_us=m["time_us"] if m else None, algo=info.get("algo"),
+                         profile=profile,
                          nwrong=sum(int(r["nwrong"]) for r in measured if _key(r) == key)))  # fmt: skip
     return rows
 
@@ -260,36 +258,31 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
                             args.timeout)  # fmt: skip
         for collective, impls, sizes, workloads in jobs:
             out = args.out / f"measured-{tag}-{collective}.jsonl"
-            near = [s for s in sizes if collective == "allreduce" and s <= args.step_bytes]
-            far = [s for s in sizes if s not in near]
+            pool = args.pool_steps and collective == "allreduce"
             measured: list[dict] = []
-            model: list[dict] = []
-            steps: dict[tuple, list[str]] = {}
+            updates: list[Path] = []
             for n_round in range(1, args.rounds + 1):
                 for impl in impls:  # interleaved: every implementation once per round
-                    recs = []
-                    if near:  # the step costs of this launch's moment, its own model
-                        name = f"profile-{tag}-steps-r{n_round}-{impl}"
-                        fresh = calibrate_steps(args.prefix, profile, args.out / f"{name}.toml",
-                                                args.timeout)  # fmt: skip
-                        recs += measure(args.prefix, profile, collective, impl, near, None,
-                                        args, out)  # fmt: skip
-                        model += modelled(fresh, collective, nodes, [impl], near, None,
-                                          args.seed, args.out / f"model-{name}.jsonl")  # fmt: skip
-                        for size in near:
-                            steps.setdefault((collective, None, size, impl), []).append(fresh.name)
-                    if far:
-                        recs += measure(args.prefix, profile, collective, impl, far, workloads,
-                                        args, out)  # fmt: skip
+                    if pool:  # the step costs again, just before the launch
+                        name = f"profile-{tag}-steps-r{n_round}-{impl}.toml"
+                        updates.append(calibrate_steps(args.prefix, profile, args.out / name,
+                                                       args.timeout))  # fmt: skip
+                    recs = measure(args.prefix, profile, collective, impl, sizes, workloads,
+                                   args, out)  # fmt: skip
                     for r in recs:
                         print(f"  {tag} {collective} {r.get('workload') or '':9s} "
                               f"{format_size(r['size_bytes']):>5s} {impl:18s} "
                               f"{r['time_us'] / 1e3:9.2f} ms  #wrong {r['nwrong']}", flush=True)  # fmt: skip
                     measured += recs
-            if far:
-                model += modelled(profile, collective, nodes, impls, far, workloads, args.seed,
-                                  args.out / f"model-{tag}-{collective}.jsonl")  # fmt: skip
-            rows = rows_of(shape, queue, measured, model, steps)
+            used = profile
+            if updates:
+                used = args.out / f"profile-{tag}-steps.toml"
+                pooled = pool_updates(profile, updates, used)
+                print(f"  {tag}: step costs pooled over {len(updates)} updates: "
+                      + ", ".join(f"{k} {v:g}" for k, v in pooled.items()), flush=True)  # fmt: skip
+            model = modelled(used, collective, nodes, impls, sizes, workloads, args.seed,
+                             args.out / f"model-{tag}-{collective}.jsonl")  # fmt: skip
+            rows = rows_of(shape, queue, measured, model, used.name if updates else None)
             kept += rows
             mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
@@ -360,18 +353,15 @@ def drift_table(df: pd.DataFrame) -> str:
 
 def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
     """The rows with their model column made again from the run's calibrated profiles
-    (``folder/profile-SHAPE-QUEUE.toml``, or a point's ``step_profiles``, the median over
-    them): the measurements kept, the model re-run."""
+    (``folder/profile-SHAPE-QUEUE.toml``, or the row's ``profile``): the measurements
+    kept, the model re-run."""
+    out = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        names = r.get("step_profiles")
-        if isinstance(names, list) and names:
-            for name in names:
-                groups.setdefault((r["shape"], r["collective"], name), []).append(r)
-        else:
+        name = r.get("profile")
+        if not isinstance(name, str):
             name = f"profile-{r['shape']}-{r['queue']}.toml"
-            groups.setdefault((r["shape"], r["collective"], name), []).append(r)
-    preds: dict[int, list[dict]] = {}
+        groups.setdefault((r["shape"], r["collective"], name), []).append(r)
     for (shape, collective, name), mine in groups.items():
         nodes = int(shape.split("x")[0])
         impls = sorted({r["impl"] for r in mine})
@@ -383,14 +373,8 @@ def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
         for r in mine:
             m = pred.get((collective, r["workload"] if collective == "alltoallv" else None,
                           int(r["size"]), r["impl"]))  # fmt: skip
-            if m:
-                preds.setdefault(id(r), []).append(m)
-    out = []
-    for r in rows:
-        ms = preds.get(id(r), [])
-        info = (ms[0].get("info") if ms else None) or {}
-        model_us = float(np.median([m["time_us"] for m in ms])) if ms else None
-        out.append({**r, "model_us": model_us, "algo": info.get("algo")})
+            info = (m or {}).get("info") or {}
+            out.append({**r, "model_us": m["time_us"] if m else None, "algo": info.get("algo")})
     return out
 
 
@@ -429,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                         "sizes take a few ms a call")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="interleaved launches per point")
     p.add_argument("--passes", type=int, default=3, help="calibrate's passes (default 3)")
-    p.add_argument("--step-bytes", default="4K",
-                   help="all-reduce sizes up to this are modelled per launch from a step's "
-                   "fixed costs calibrated just before it (calibrate --update; 0: none)")  # fmt: skip
+    p.add_argument("--pool-steps", action=argparse.BooleanOptionalAction, default=True,
+                   help="before each all-reduce launch, measure a step's fixed costs again "
+                   "(calibrate --update) and model all-reduce from their median (default on)")  # fmt: skip
     p.add_argument("--seed", type=int, default=SEED, help=f"workload seed (default {SEED})")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
@@ -459,7 +443,6 @@ def main(argv: list[str] | None = None) -> int:
         a2a_shapes, ar_shapes = parse_shapes(args.a2a_shapes), parse_shapes(args.ar_shapes)
         a2a_sizes = [parse_size(s) for s in args.a2a_sizes.split(",") if s]
         ar_sizes = [parse_size(s) for s in args.ar_sizes.split(",") if s]
-        args.step_bytes = parse_size(args.step_bytes)
         queues = [q for q in args.queues.split(",") if q]
         bad = [q for q in queues if q not in QUEUES]
         if bad:
@@ -511,11 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} launch(es) per point, FAST untuned with the profile's stage cost "
         "(as the run), its synthesis outside the timed call (`fast`) or inside (`fast+sched`)."
         + (
-            f" All-reduce up to {format_size(args.step_bytes)}: each launch modelled from the "
-            "shape's profile with a step's fixed costs calibrated again just before it "
-            "(`commbench calibrate --update`: `profile-SHAPE-QUEUE-steps-rROUND-IMPL.toml`), "
-            "the model column the median over its launches."
-            if args.step_bytes and ar_shapes
+            " All-reduce is modelled from the shape's profile with a step's fixed costs "
+            "(latencies, posting, the empty round, the put step) the median of the "
+            "`commbench calibrate --update` runs made just before each of its launches "
+            "(`profile-SHAPE-QUEUE-steps.toml`; each run `...-steps-rROUND-IMPL.toml`)."
+            if args.pool_steps and ar_shapes
             else ""
         )
     )

@@ -110,6 +110,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from commbench.errors import UsageError
 
@@ -1005,6 +1006,32 @@ def refresh_steps(
     return out, merged, {k: constants[k] for k in keys}
 
 
+def pool_updates(profile: Path, updates: list[Path], out: Path) -> dict:
+    """``profile`` with its :data:`STEP_KEYS` fitted from the median, point by point, of
+    the step points that several ``--update`` runs of it measured (``updates``, their
+    profiles): a machine's fixed costs sampled across a period rather than at one
+    moment. Writes ``out`` and its raw points; returns the pooled constants. Pure but for
+    the files."""
+    old = [json.loads(line) for line in points_path(profile).read_text().splitlines() if line]
+    data = tomllib.loads(profile.read_text())
+    runs, lists = [], []
+    for path in updates:  # an update's step points are all its own run's
+        rows = [json.loads(line) for line in points_path(path).read_text().splitlines() if line]
+        lists.append([q for q in rows if q["kind"] in STEP_KINDS])
+        runs.append(lists[-1][0]["run"])
+    pooled = [{k: v for k, v in q.items() if k != "run"} for q in combine_passes(lists)]
+    label = f"median of {len(runs)} calibrate --update runs, {runs[0]} .. {runs[-1]}"
+    g = data["devices"]["gpus_per_node"]
+    nranks = next(q["peers"] for q in old if q["kind"] == "stage")
+    new, merged, constants = refresh_steps(data, old, pooled, label, out.stem, g, nranks)
+    text = dump_toml(new, header=(
+        f"Written by commbench's validation: {profile.name} with "
+        f"{', '.join(constants)} from the {label}."))  # fmt: skip
+    write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in merged))
+    write_atomic(out, text)
+    return constants
+
+
 def _toml_key(key: str) -> str:
     import re
 
@@ -1227,8 +1254,6 @@ def run_calibrate(args) -> int:
             f"Written by `commbench calibrate` ({run}) on {topo.nodes} nodes x "
             f"{topo.gpus_per_node} ranks, {what};\nraw points: {points_path(out).name}. "
             "Microbenchmarks only: no collective it predicts was measured."))  # fmt: skip
-        import tomllib
-
         parse_profile(tomllib.loads(text), out)  # what we write reads back as a profile
         write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in rows))
         write_atomic(out, text)
