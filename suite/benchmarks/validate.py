@@ -8,7 +8,9 @@ cost from the calibrated profile) and models the same points with ``commbench si
 --system PROFILE``, calibrates once more (``profile-SHAPE-QUEUE-after.toml``: how far the
 key constants moved while it measured, the ``drift`` of each row, which shows the
 machine's load changing under the run; the model keeps the first profile), and takes the
-cluster down. The table (measured, modelled, ratio per
+cluster down. All-reduce's step costs are measured again before each of its launches
+(``commbench calibrate --update``) and it is modelled from their median
+(``profile-SHAPE-QUEUE-steps.toml``; ``--no-pool-steps``: from the one calibration). The table (measured, modelled, ratio per
 point) is written to ``OUT/validation.md`` and, with ``--doc``, between the markers of
 ``docs/model-validation.md``. Every point list is a flag, so a loaded 2-core machine can
 run a reduced set.
@@ -18,6 +20,7 @@ run a reduced set.
         [--workloads uniform zipf:0.0 zipf:0.8 zipf:0.99 trace:moe-megatron-4x8,fold=8]
         [--a2a-impls ...]
         [--ar-sizes 256,1K,...,4M] [--ar-impls ...] [--iters 5] [--ar-iters N] [--rounds 1]
+        [--no-pool-steps]
         [--seed 7] [--out DIR] [--doc docs/model-validation.md]
     python -m commbench.benchmarks.validate --tables OUT/rows.jsonl [--doc ...]
 """
