@@ -1,7 +1,7 @@
 """A probe benchmark on an emulated cluster of its own: up, run its worker, down.
 
 For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
-:mod:`~commbench.benchmarks.nic_overlap`): the ``target-deep`` queue, a NIC rate given in
+:mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`): the ``target-deep`` queue, a NIC rate given in
 the usual form, the cluster removed however the run ends.
 """
 
