@@ -1012,12 +1012,11 @@ def pool_updates(profile: Path, updates: list[Path], out: Path) -> dict:
     profiles): a machine's fixed costs sampled across a period rather than at one
     moment. Writes ``out`` and its raw points; returns the pooled constants. Pure but for
     the files."""
-    old = [json.loads(line) for line in points_path(profile).read_text().splitlines() if line]
+    old = read_points(profile)
     data = tomllib.loads(profile.read_text())
     runs, lists = [], []
     for path in updates:  # an update's step points are all its own run's
-        rows = [json.loads(line) for line in points_path(path).read_text().splitlines() if line]
-        lists.append([q for q in rows if q["kind"] in STEP_KINDS])
+        lists.append([q for q in read_points(path) if q["kind"] in STEP_KINDS])
         runs.append(lists[-1][0]["run"])
     pooled = [{k: v for k, v in q.items() if k != "run"} for q in combine_passes(lists)]
     label = f"median of {len(runs)} calibrate --update runs, {runs[0]} .. {runs[-1]}"
@@ -1092,6 +1091,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 def points_path(profile_path: Path) -> Path:
     return profile_path.with_name(profile_path.name.removesuffix(".toml") + ".points.jsonl")
+
+
+def read_points(profile_path: Path) -> list[dict]:
+    """The raw points written next to a profile (one JSON object per line)."""
+    text = points_path(profile_path).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------- the command
@@ -1177,7 +1182,7 @@ def _calibrated(path: Path) -> tuple[dict, list[dict]]:
     if path.suffix != ".toml" or not path.is_file():
         raise UsageError(f"--update {path}: no such profile; give a NAME.toml calibrate wrote")
     try:
-        rows = [json.loads(line) for line in points.read_text().splitlines() if line.strip()]
+        rows = read_points(path)
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(
             f"--update {path}: its raw points {points} cannot be read ({exc}); "
