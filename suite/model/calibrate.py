@@ -335,14 +335,19 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
     return median_round(comm, body, reps)
 
 
+def one_clock(comm) -> bool:
+    """Whether every rank runs on one host (one kernel's boot id), so their monotonic
+    clocks are one clock (the emulated cluster's namespaces share one). Collective."""
+    boots = comm.allgather(BOOT_ID.read_text().strip() if BOOT_ID.exists() else None)
+    return None not in boots and len(set(boots)) == 1
+
+
 def clock_offset(comm, trips: int = OFFSET_TRIPS) -> float:
     """This rank's monotonic clock less rank 0's, in seconds: 0 where every rank runs on
     one host (one kernel, one clock: the emulated cluster's namespaces), else estimated
     from ``trips`` ping-pongs with rank 0, the one with the shortest round trip (its
     error at most half that trip). Collective."""
-    boot = BOOT_ID.read_text().strip() if BOOT_ID.exists() else None
-    boots = comm.allgather(boot)
-    if None not in boots and len(set(boots)) == 1:
+    if one_clock(comm):
         return 0.0
     stamp = np.zeros(1)
     offsets = [0.0] * comm.size
