@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from commbench import __version__
@@ -46,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # UsageError is a ValueError
         print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 128 + signal.SIGPIPE
     except OSError as exc:  # disk full, permissions, I/O: one line naming the file
         where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc) else ""
         print(f"commbench {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)

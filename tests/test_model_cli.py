@@ -240,3 +240,22 @@ def test_keep_tuning_needs_out(capsys):
             "--impls", "fast", "--keep-tuning"]  # fmt: skip
     assert main(argv) == 2
     assert "--keep-tuning writes next to --out" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_table_quietly():
+    """``commbench simulate ... | head -1``: the closed pipe stops the command with
+    SIGPIPE's status and no error line, as a Unix tool stops."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commbench", "simulate", "allreduce", "--system", "perlmutter",
+         "--nodes", "2,4,8,16,32,64,128,256", "-b", "1K", "-e", "1G"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout.readline().startswith(b"# commbench")
+    proc.stdout.close()  # the reader goes away with the rest of the table unread
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert err == b""
