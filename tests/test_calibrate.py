@@ -42,7 +42,6 @@ def points(
     exchange=None,
     put_exchange=None,
     burst=None,
-    barrier=200.0,
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
@@ -68,8 +67,6 @@ def points(
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
     if put is not None:
         out.append(q("put", "scaleout", p, 8, lat + put))
-    if barrier is not None:
-        out.append(q("barrier", "scaleout", p, 0, barrier))
     if exchange is not None:  # every rank exchanging with one peer at `exchange` GB/s each way
         out.append(q("exchange", "scaleout", p, s, lat + s / (exchange * 1e3)))
     if put_exchange is not None:  # cells put both ways at once at `put_exchange` GB/s
@@ -95,10 +92,7 @@ def test_fit_recovers_the_constants_it_was_given():
     assert c["stage_cost_us"] == pytest.approx(500.0, rel=1e-3)
     assert c["reduce_GBps"] == pytest.approx(1.0, rel=1e-3)
     assert c["put_us"] == pytest.approx(30.0, rel=1e-3)  # above the two-sided latency
-    assert c["barrier_lag_us"] == pytest.approx(200.0)
     assert set(why) == set(c)
-    c, _ = cal.fit(points(barrier=None), gpus_per_node=2, nranks=4)
-    assert "barrier_lag_us" not in c  # a calibration before the barrier point
     # raw points of a calibrate before the put point: no put_us (the model's 0)
     c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
     assert "put_us" not in c
@@ -220,10 +214,8 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
     assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
-            "put", "flows", "exchange", "put-exchange", "burst", "eager", "barrier",
-            "reduce"} <= kinds  # fmt: skip
+            "put", "flows", "exchange", "put-exchange", "burst", "eager", "reduce"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
-    assert prof.fabric.barrier_lag_us is not None and prof.fabric.barrier_lag_us >= 0
     assert (df["time_us"] > 0).all()
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
     for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
@@ -315,73 +307,6 @@ def test_update_refits_only_a_step_s_fixed_costs():
     assert {q["run"] for q in merged if q["kind"] not in cal.STEP_KINDS} == {"r0"}
     parse_profile(tomllib.loads(cal.dump_toml(new)), Path("second.toml"))  # reads back
     assert data["fabric"]["scaleout_latency_us"] == pytest.approx(100.0)  # not modified
-
-
-def test_the_barrier_lag_is_the_slowest_rank_s_mean_wait_for_the_last_one_out():
-    # rank 0 leaves every barrier 300 us before the others; rank 1 leaves last in one
-    # call of two, 100 us after ranks 2 and 3
-    exits = np.array([[0.0, 10.0], [0.0004, 10.0003], [0.0003, 10.0003], [0.0003, 10.0003]])
-    assert cal.barrier_lag(exits) == pytest.approx(350e-6)  # rank 0: (400 + 300) / 2 us
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.floats(0.0, 1e-2), min_size=4, max_size=4), min_size=2, max_size=6),
-       st.lists(st.floats(0.0, 100.0), min_size=6, max_size=6))  # fmt: skip
-def test_the_barrier_lag_is_within_the_mean_spread_and_ignores_when_a_call_starts(rows, starts):
-    """``rows[rank][call]``: exits; each call may start at any time (the lag is only
-    about how far apart the ranks leave it), and the lag is at most the mean spread."""
-    exits = np.array(rows)
-    lag = cal.barrier_lag(exits)
-    spread = (exits.max(axis=0) - exits.min(axis=0)).mean()
-    assert 0.0 <= lag <= spread + 1e-12
-    shifted = exits + np.array(starts[: exits.shape[1]])
-    assert cal.barrier_lag(shifted) == pytest.approx(lag, abs=1e-9)
-    assert cal.barrier_lag(exits[::-1]) == pytest.approx(lag)  # any rank order
-
-
-_OFFSETS = """
-from pathlib import Path
-from mpi4py import MPI
-from commbench.model import calibrate as cal
-comm = MPI.COMM_WORLD
-same = cal.clock_offset(comm)  # one host: one clock, no estimate
-cal.BOOT_ID = Path("/nonexistent")  # as if the ranks were on different hosts
-estimated = cal.clock_offset(comm)
-print("offsets", comm.rank, same, estimated)
-"""
-
-
-def test_clock_offsets_are_zero_on_one_host_and_estimated_across_hosts():
-    proc = run_mpi(3, ["-c", _OFFSETS], timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("offsets")]
-    assert len(rows) == 3
-    for _, rank, same, estimated in rows:
-        assert float(same) == 0.0
-        # one host's clock estimated by ping-pongs: off by at most half a round trip
-        assert abs(float(estimated)) < 0.01 and (rank != "0" or float(estimated) == 0.0)
-
-
-def test_simulate_latency_timing_adds_the_barrier_lag(tmp_path):
-    from commbench.config import load_toml
-    from commbench.jobs.profile import load_profile
-
-    c, why = cal.fit(points(barrier=250.0), gpus_per_node=2, nranks=4)
-    base = load_toml(load_profile("local-cluster").path)
-    prof = tmp_path / "lagged.toml"
-    prof.write_text(cal.dump_toml(cal.profile_data(base, "lagged", c, why, "r0", 2, "lossless")))
-    recs = {}
-    for timing in ("pipelined", "latency"):
-        out = tmp_path / f"{timing}.jsonl"
-        argv = ["simulate", "allreduce", "--system", str(prof), "--nodes", "2", "--size",
-                "4K,1M", "--impls", "ring,recursive-doubling", "--timing", timing,
-                "--out", str(out)]  # fmt: skip
-        assert main(argv) == 0
-        recs[timing] = [json.loads(line) for line in out.read_text().splitlines()]
-    for plain, lagged in zip(recs["pipelined"], recs["latency"], strict=True):
-        assert lagged["time_us"] == pytest.approx(plain["time_us"] + 250.0)
-        assert lagged["info"]["barrier_lag_us"] == 250.0
-        assert "barrier_lag_us" not in plain["info"]
 
 
 def test_update_names_what_is_wrong_with_its_profile(tmp_path, capsys):

@@ -133,12 +133,6 @@ class Fabric:
     #: message waits for its receiver to post (:func:`~commbench.kernels.model.allreduce.ring`)
     scaleup_eager_bytes: float = 0.0
     nic_eager_bytes: float = 0.0
-    #: what timing each call after a barrier adds (the harness's ``--timing latency``):
-    #: ranks leave ``MPI_Barrier`` at different times, each starts its clock at its own
-    #: exit, and the first out waits in the call for the last; the slowest rank's mean
-    #: wait, in µs (``commbench calibrate``'s ``barrier`` point). Added by ``commbench
-    #: simulate --timing latency`` only; 0 by default.
-    barrier_lag_us: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -201,7 +195,6 @@ class Fabric:
             "nic_burst_bytes",
             "scaleup_eager_bytes",
             "nic_eager_bytes",
-            "barrier_lag_us",
         ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):

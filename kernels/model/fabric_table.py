@@ -53,10 +53,7 @@ class FabricTable(BaseModel):
       where a NIC is shaped by one, as the emulated cluster's are);
       ``scaleup_eager_bytes`` / ``scaleout_eager_bytes`` (the largest message a host's
       MPI sends without waiting for its receiver on that tier: its eager limit, measured
-      by ``commbench calibrate``; None: every message waits for its receiver);
-      ``barrier_lag_us`` (what a call timed after a barrier reads above the call: the
-      slowest rank's mean wait from its barrier exit to the last rank's, measured by
-      ``commbench calibrate``; used only for predictions of ``--timing latency`` runs).
+      by ``commbench calibrate``; None: every message waits for its receiver).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -88,7 +85,6 @@ class FabricTable(BaseModel):
     scaleout_burst_bytes: float | None = Field(None, ge=0)
     scaleup_eager_bytes: float | None = Field(None, ge=0)
     scaleout_eager_bytes: float | None = Field(None, ge=0)
-    barrier_lag_us: float | None = Field(None, ge=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -122,8 +118,7 @@ class FabricTable(BaseModel):
             "stage_us": self.stage_cost_us,
         }
         optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
-                    "nccl_ll128", "fabric_GBps", "exchange_GBps", "put_exchange_GBps",
-                "barrier_lag_us")  # fmt: skip
+                    "nccl_ll128", "fabric_GBps", "exchange_GBps", "put_exchange_GBps")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         if self.scaleout_burst_bytes is not None:
             values["nic_burst_bytes"] = self.scaleout_burst_bytes * self.nics_per_node / node_gpus

@@ -197,12 +197,11 @@ def measure(prefix: str, profile: Path, collective: str, impl: str, sizes: list[
 
 def modelled(profile: Path, collective: str, nodes: int, impls: list[str], sizes: list[int],
              workloads: list[str] | None, seed: int, out: Path) -> list[dict]:  # fmt: skip
-    """``commbench simulate --system PROFILE --timing latency`` of the same points (FAST
-    untuned: the scheduler's defaults with the profile's stage cost, as the measured
-    run; each call after a barrier, as measured)."""
+    """``commbench simulate --system PROFILE`` of the same points (FAST untuned: the
+    scheduler's defaults with the profile's stage cost, as the measured run)."""
     argv = [sys.executable, "-m", "commbench", "simulate", collective, "--system", str(profile),
             "--nodes", str(nodes), "--size", ",".join(str(s) for s in sizes), "-a", "3",
-            "--impls", ",".join(impls), "--timing", "latency", "--out", str(out)]  # fmt: skip
+            "--impls", ",".join(impls), "--out", str(out)]  # fmt: skip
     out.unlink(missing_ok=True)
     if collective == "alltoallv":
         runs = [[*argv, "--workload", group, "--seed", str(seed), "--no-tune",

@@ -83,15 +83,6 @@ Nothing is taken from the collectives the profile is used to predict. The points
     8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
     NVRAR's cpu backend uses, and polls until it sees all of its partner's: the rate of
     one direction of NVRAR's inter-node step, ``put_exchange_GBps`` (wire bytes).
-``barrier``
-    rounds of ``MPI_Barrier``, each followed by an 8 B exchange with the rank of the
-    same index on node ``n ^ 1`` (every rank busy, as after the harness's barrier); every
-    rank notes its exit from each barrier on its monotonic clock (corrected by its
-    offset to rank 0's, from the ping-pong with the shortest round trip, where the ranks
-    are on different hosts): the slowest rank's mean wait from its own exit to the last
-    rank's, ``barrier_lag_us``, which every call timed after a barrier (``--timing
-    latency``) reads above the call itself (on 8 single-rank emulated nodes a few
-    hundred us, against a 256 B all-reduce of ~500).
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
@@ -143,15 +134,9 @@ def burst_sizes(nbytes: int) -> tuple[int, int, int]:
 
 #: the constants of a step's fixed cost, which ``--update`` measures again (on the
 #: emulated cluster they moved by up to 1.4x within minutes while the rates held)
-STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us",
-             "barrier_lag_us")  # fmt: skip
+STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us")
 #: the point kinds they are fitted from (:func:`fit`)
-STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "barrier")
-#: barrier rounds per ``barrier`` point and rep
-BARRIER_CALLS = 10
-#: ping-pongs per rank that estimate its clock's offset to rank 0's (the shortest kept)
-OFFSET_TRIPS = 8
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put")
 
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
@@ -333,66 +318,6 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
 
     body()
     return median_round(comm, body, reps)
-
-
-def one_clock(comm) -> bool:
-    """Whether every rank runs on one host (one kernel's boot id), so their monotonic
-    clocks are one clock (the emulated cluster's namespaces share one). Collective."""
-    boots = comm.allgather(BOOT_ID.read_text().strip() if BOOT_ID.exists() else None)
-    return None not in boots and len(set(boots)) == 1
-
-
-def clock_offset(comm, trips: int = OFFSET_TRIPS) -> float:
-    """This rank's monotonic clock less rank 0's, in seconds: 0 where every rank runs on
-    one host (one kernel, one clock: the emulated cluster's namespaces), else estimated
-    from ``trips`` ping-pongs with rank 0, the one with the shortest round trip (its
-    error at most half that trip). Collective."""
-    if one_clock(comm):
-        return 0.0
-    stamp = np.zeros(1)
-    offsets = [0.0] * comm.size
-    for r in range(1, comm.size):
-        if comm.rank == 0:
-            best = math.inf
-            for _ in range(trips):
-                t0 = time.monotonic()
-                comm.Send(stamp, dest=r, tag=11)
-                comm.Recv(stamp, source=r, tag=12)
-                t1 = time.monotonic()
-                if t1 - t0 < best:
-                    best, offsets[r] = t1 - t0, float(stamp[0]) - (t0 + t1) / 2
-        elif comm.rank == r:
-            for _ in range(trips):
-                comm.Recv(stamp, source=0, tag=11)
-                stamp[0] = time.monotonic()
-                comm.Send(stamp, dest=0, tag=12)
-    return comm.scatter(offsets, root=0)
-
-
-def barrier_lag(exits: np.ndarray) -> float:
-    """From ``exits`` ([rank, call] seconds on one clock): the largest over ranks of the
-    mean over calls of the last rank's exit less this rank's, what the harness's
-    latency timing (each rank's mean, the slowest rank's shown) reads above a call."""
-    return float((exits.max(axis=0) - exits).mean(axis=1).max())
-
-
-def _barrier_exits(comm, g: int, calls: int, reps: int) -> float:
-    """``barrier_lag`` of ``reps * calls`` barriers (after one warm-up), each followed by
-    an 8 B exchange with the rank of this index on node ``n ^ 1``; seconds. Collective."""
-    offset = clock_offset(comm)
-    peer = {}
-    for a, b in busy_pairs(comm.size, g, "scaleout"):
-        peer[a], peer[b] = b, a
-    other = peer.get(comm.rank)
-    send, recv = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
-    exits = np.empty(reps * calls + 1)
-    for c in range(len(exits)):
-        comm.Barrier()
-        exits[c] = time.monotonic() - offset
-        if other is not None:
-            comm.Sendrecv(send, dest=other, sendtag=13, recvbuf=recv, source=other, recvtag=13)
-    every = comm.gather(exits[1:], root=0)
-    return comm.bcast(barrier_lag(np.stack(every)) if comm.rank == 0 else 0.0, root=0)
 
 
 def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
@@ -767,8 +692,6 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         secs = put_rounds(comm, g, opts["dtype"], reps, 5)
         add("put", "scaleout", p, 8, secs, reps * 5)
-        secs = _barrier_exits(comm, g, BARRIER_CALLS, reps)
-        add("barrier", "scaleout", p, 0, secs, reps * BARRIER_CALLS)
     if steps_only:
         return points
     if nodes > 1:
@@ -808,7 +731,7 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
     = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`);
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
-    (:func:`eager_limit`); ``barrier_lag_us`` = the ``barrier`` point (:func:`barrier_lag`).
+    (:func:`eager_limit`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -931,15 +854,6 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"every rank at once, each polling its window for its partner's and reducing it "
             f"({put['time_us']:.4g} us a step, as NVRAR's cpu backend packs, puts, polls and "
             "reduces), less the two-sided latency"
-        )
-    lag = _one(points, "barrier")
-    if lag is not None:  # calibrations before the barrier point have none
-        c["barrier_lag_us"] = lag["time_us"]
-        why["barrier_lag_us"] = (
-            f"{lag['reps']} rounds of MPI_Barrier, each followed by an 8 B exchange with "
-            "the rank of its index on node n ^ 1, every rank noting its exit: the slowest "
-            "rank's mean wait from its own exit to the last rank's (what a call timed after "
-            "a barrier reads above itself)"
         )
     burst = _burst_bytes(points, nic)
     if burst is not None:
@@ -1212,7 +1126,7 @@ def add_arguments(p) -> None:
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
                    help="measure only a step's fixed costs (the 8 B ping-pongs, the posting "
-                   "cost, the empty stage round, the put step, the barrier's lag) and write PROFILE, a "
+                   "cost, the empty stage round, the put step) and write PROFILE, a "
                    "calibrated one, with those fitted again and every other constant kept "
                    "(its raw points file supplies the rest; --base is not used)")  # fmt: skip
 

@@ -274,14 +274,6 @@ def _add_simulate_parser(sub) -> None:
         "runs every row in the step its plan does",
     )
     p.add_argument(
-        "--timing",
-        choices=("pipelined", "latency"),
-        default="pipelined",
-        help="the timing of the measured run this stands beside: latency (a barrier before "
-        "every call, OSU's way) adds the profile's barrier_lag_us to every rank's time "
-        "(default pipelined, nccl-tests' back-to-back calls)",
-    )
-    p.add_argument(
         "--no-tune",
         dest="tune",
         action="store_false",
@@ -401,10 +393,6 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
         f"incast {f.incast:g} (buffer {f.switch_buffer_MB:g} MB)  reduce {f.reduce_GBps:g} GB/s  "
         f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
     )
-    if args.timing == "latency":
-        print(f"#  timing latency: each call after a barrier, + {f.barrier_lag_us:g} us of the "
-              "barrier's lag per call" + ("" if f.barrier_lag_us else
-              " (the profile has no barrier_lag_us: commbench calibrate measures it)"))  # fmt: skip
     if args.collective == "alltoallv":
         print("#  algbw = busiest rank's max(send, recv) bytes / time; "
               f"time = {reduction} over ranks; lb = busiest NIC's bytes / bandwidth")  # fmt: skip
@@ -494,7 +482,6 @@ def run_simulate(args: argparse.Namespace) -> int:
         points = block_points(fabric, args.collective, nodes_list, sizes, impls, dtype.itemsize,
                               chunk)  # fmt: skip
     static = static_fields(args, fabric, dtype, reduction, params)
-    lag_us = fabric.barrier_lag_us if args.timing == "latency" else 0.0
     if args.keep_tuning and not args.out:
         raise UsageError("--keep-tuning writes next to --out: give --out FILE too")
     if args.out:
@@ -506,7 +493,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     group: list[dict] = []
     index = 0
     for point in points:
-        rec = make_record(static, point, index, fabric, lag_us)
+        rec = make_record(static, point, index, fabric)
         raw = None
         if args.keep_tuning and point.candidates is not None:
             raw = {"point": index, "size_bytes": point.size, "workload": point.workload,

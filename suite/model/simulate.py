@@ -339,18 +339,12 @@ def block_points(
 # ---------------------------------------------------------------- records
 
 
-def make_record(
-    static: dict, point: Point, index: int, fabric: Fabric, lag_us: float = 0.0
-) -> dict:
-    """One result record, the measured records' schema (see :mod:`commbench.harness.driver`).
-
-    ``lag_us``: added to every rank's time, as a call timed after a barrier reads the
-    barrier's lag above itself (``simulate --timing latency``: the fabric's
-    ``barrier_lag_us``); the info's ``barrier_lag_us`` says so."""
+def make_record(static: dict, point: Point, index: int, fabric: Fabric) -> dict:
+    """One result record, the measured records' schema (see :mod:`commbench.harness.driver`)."""
     pred = point.prediction
     g = fabric.gpus_per_node
     nranks = point.nodes * g
-    finish = np.asarray(pred.rank_finish_us, dtype=float) + lag_us
+    finish = np.asarray(pred.rank_finish_us, dtype=float)
     rec = dict(static)
     rec.update(
         nodes=point.nodes,
@@ -375,8 +369,6 @@ def make_record(
         **pred.info,
         **point.extra,
     }
-    if lag_us:
-        info["barrier_lag_us"] = lag_us
     rec.update(
         time_us=shown,
         algbw_GBps=algbw,
