@@ -1,8 +1,9 @@
 """A probe benchmark on an emulated cluster of its own: up, run its worker, down.
 
 For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
-:mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`): the ``target-deep`` queue, a NIC rate given in
-the usual form, the cluster removed however the run ends.
+:mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`): the
+``target-deep`` queue, a NIC rate given in the usual form, the cluster removed however the
+run ends.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ key constants moved while it measured, the ``drift`` of each row, which shows th
 machine's load changing under the run; the model keeps the first profile), and takes the
 cluster down. All-reduce's step costs are measured again before each of its launches
 (``commbench calibrate --update``) and it is modelled from their median
-(``profile-SHAPE-QUEUE-steps.toml``; ``--no-pool-steps``: from the one calibration). The table (measured, modelled, ratio per
-point) is written to ``OUT/validation.md`` and, with ``--doc``, between the markers of
-``docs/model-validation.md``. Every point list is a flag, so a loaded 2-core machine can
+(``profile-SHAPE-QUEUE-steps.toml``; ``--no-pool-steps``: from the one calibration). The
+table (measured, modelled, ratio per point) is written to ``OUT/validation.md`` and, with
+``--doc``, between the markers of ``docs/model-validation.md``. Every point list is a flag, so a loaded 2-core machine can
 run a reduced set.
 
     python -m commbench.benchmarks.validate [--prefix P] [--a2a-shapes 2x4,4x2]
