@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.benchmarks.nic_overlap import in_flight, kept_share, main, report
+from commbench.benchmarks.nic_overlap import main, report
+from commbench.model.calibrate import in_flight, kept_share
 from tests.mpirun import run_mpi
 
 

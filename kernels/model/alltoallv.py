@@ -42,6 +42,7 @@ import numpy as np
 
 from commbench.kernels.fast.scheduler import BALANCE_MODES, PHASES
 from commbench.kernels.model.fabric import Fabric, step_finish
+from commbench.kernels.model.flows import permutation_steps
 
 
 @dataclass
@@ -242,15 +243,20 @@ def mpi(traffic: np.ndarray, fabric: Fabric) -> Prediction:
 
 
 def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
-    """Shifted round-robin: step k sends to ``(r + k) mod P``."""
+    """Shifted round-robin: step k sends to ``(r + k) mod P``. Where the fabric's sends
+    return with bytes still on their way (``nic_send_buffer_bytes``), flow by flow
+    (:func:`~commbench.kernels.model.flows.permutation_steps`), else step by step."""
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
     ranks = np.arange(p)
-    ready = np.zeros(p)
-    for k in range(1, p):
-        dst = (ranks + k) % p
-        ready = step_finish(fabric, ready, ranks, dst, d[ranks, dst])
-    info.update(steps=max(p - 1, 0))
+    shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p  # (P - 1) x P
+    if fabric.nic_send_buffer_bytes > 0 and p > 1:
+        ready = permutation_steps(fabric, shifts, d[ranks[None, :], shifts])
+    else:
+        ready = np.zeros(p)
+        for dst in shifts:
+            ready = step_finish(fabric, ready, ranks, dst, d[ranks, dst])
+    info.update(steps=max(p - 1, 0), flow_level=bool(fabric.nic_send_buffer_bytes > 0))
     return Prediction("spreadout", ready, lb, info)
 
 

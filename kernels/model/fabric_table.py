@@ -53,7 +53,12 @@ class FabricTable(BaseModel):
       where a NIC is shaped by one, as the emulated cluster's are);
       ``scaleup_eager_bytes`` / ``scaleout_eager_bytes`` (the largest message a host's
       MPI sends without waiting for its receiver on that tier: its eager limit, measured
-      by ``commbench calibrate``; None: every message waits for its receiver).
+      by ``commbench calibrate``; None: every message waits for its receiver);
+      ``scaleout_send_buffer_bytes`` (bytes of a message between nodes still on their way
+      when the host's send returns: socket and NIC queue, measured by ``commbench
+      calibrate``; None: a send returns when its bytes have arrived) and
+      ``scaleout_kept_share`` (the share of its NIC such a message keeps once its sender
+      has started the next one: 0.5 an even split, 1 first in, first out).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -85,6 +90,8 @@ class FabricTable(BaseModel):
     scaleout_burst_bytes: float | None = Field(None, ge=0)
     scaleup_eager_bytes: float | None = Field(None, ge=0)
     scaleout_eager_bytes: float | None = Field(None, ge=0)
+    scaleout_send_buffer_bytes: float | None = Field(None, ge=0)
+    scaleout_kept_share: float | None = Field(None, gt=0, le=1)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -126,6 +133,10 @@ class FabricTable(BaseModel):
             values["scaleup_eager_bytes"] = self.scaleup_eager_bytes
         if self.scaleout_eager_bytes is not None:
             values["nic_eager_bytes"] = self.scaleout_eager_bytes
+        if self.scaleout_send_buffer_bytes is not None:
+            values["nic_send_buffer_bytes"] = self.scaleout_send_buffer_bytes
+        if self.scaleout_kept_share is not None:
+            values["nic_kept_share"] = self.scaleout_kept_share
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         case = flow_control or self.flow_control

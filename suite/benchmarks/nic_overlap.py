@@ -30,56 +30,11 @@ import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
+from commbench.model.calibrate import in_flight, kept_share, send_release
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbo"
 MODES = ("alone", "overlap")
-
-
-def in_flight(nbytes: float, release_ms: float, arrival_ms: float) -> float:
-    """Bytes of an ``nbytes`` message not yet arrived when its send returned, assuming
-    it arrives at one rate from the start."""
-    if arrival_ms <= 0:
-        raise ValueError(f"arrival at {arrival_ms} ms: it must be after the start")
-    return nbytes * max(arrival_ms - release_ms, 0.0) / arrival_ms
-
-
-def kept_share(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: float) -> float:
-    """Share of its NIC the first message kept after the second started at ``release_ms``:
-    its bytes left then (at the rate it had alone) over what that rate would move in the
-    time it still took."""
-    rate = nbytes / alone_ms
-    left = max(nbytes - rate * release_ms, 0.0)
-    took = arrival_ms - release_ms
-    if took <= 0:
-        raise ValueError(f"arrival {arrival_ms} ms is not after the release {release_ms} ms")
-    return left / (rate * took)
-
-
-def probe(comm, nbytes: int, mode: str, g: int) -> tuple[float, float, float] | None:
-    """One call: on rank 0, (release, first arrival, second arrival) ms from the barrier
-    (second 0 when ``mode`` is alone); None elsewhere."""
-    from mpi4py import MPI
-
-    buf = np.ones(nbytes, np.uint8)
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    arrived = 0.0
-    if comm.rank == 0:
-        comm.Send(buf, dest=g, tag=1)
-        release = MPI.Wtime() - t0
-        if mode == "overlap":
-            comm.Send(buf, dest=g + 1, tag=2)
-    elif comm.rank == g:
-        comm.Recv(buf, source=0, tag=1)
-        arrived = MPI.Wtime() - t0
-    elif comm.rank == g + 1 and mode == "overlap":
-        comm.Recv(buf, source=0, tag=2)
-        arrived = MPI.Wtime() - t0
-    times = comm.gather(arrived, root=0)
-    if comm.rank != 0:
-        return None
-    return release * 1e3, times[g] * 1e3, times[g + 1] * 1e3
 
 
 def report(nbytes: int, alone: np.ndarray, overlap: np.ndarray) -> str:
@@ -110,9 +65,10 @@ def worker(args) -> int:
         rows: dict[str, list] = {m: [] for m in MODES}
         for _round in range(2):
             for mode in MODES:
-                probe(comm, nbytes, mode, g)  # the connection warm
+                second = g + 1 if mode == "overlap" else None
+                send_release(comm, nbytes, g, second)  # the connection warm
                 for _ in range(args.repeats):
-                    row = probe(comm, nbytes, mode, g)
+                    row = send_release(comm, nbytes, g, second)
                     if row is not None:
                         rows[mode].append(row)
         if comm.rank == 0:

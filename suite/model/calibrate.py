@@ -56,6 +56,19 @@ Nothing is taken from the collectives the profile is used to predict. The points
     which every send returned in under 20 ms is ``scaleup_eager_bytes`` /
     ``scaleout_eager_bytes`` (a ring's small steps then wait only for their left
     neighbour).
+``release``
+    rank 0 sends one message of 4 MiB to node 1, from a barrier: over TCP its ``Send``
+    returns once the rest fits in the kernel's buffers, and the time from its return to
+    the message's arrival (less one latency) at the ``stream`` rate is
+    ``scaleout_send_buffer_bytes``, what is still on its way when a sender moves on
+    (kept where it is at least 1 % of the message: over RDMA a send returns on arrival).
+``overlap``
+    rank 0 sends 512 KiB to a rank of node 1 and, as soon as that ``Send`` returns,
+    another 512 KiB to another rank there (or of node 2), against the first alone
+    (``overlap-alone``, ``overlap-release``: its arrival, and the second's start): the
+    share of the NIC the first kept once the second started, ``scaleout_kept_share``
+    (its bytes left then, at the rate it had alone, over the time it still took; 0.5 an
+    even split, 1 where the second waited).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -244,6 +257,70 @@ def _late_receiver(comm, a: int, b: int, nbytes: int, reps: int, late_s: float) 
             time.sleep(late_s)
             comm.Recv(buf[:nbytes], source=a, tag=9)
     return comm.bcast(float(np.median(times[1:])) if comm.rank == a else 0.0, root=a)
+
+
+#: the ``release`` point's message (above what a host's buffers hold, so that its send
+#: returns before it arrives) and the ``overlap`` points' (a spread-out step's on 8
+#: ranks at 4 MiB a rank)
+RELEASE_BYTES = 4 << 20
+OVERLAP_BYTES = 512 << 10
+
+
+def in_flight(nbytes: float, release_ms: float, arrival_ms: float) -> float:
+    """Bytes of an ``nbytes`` message not yet arrived when its send returned, assuming
+    it arrives at one rate from the start."""
+    if arrival_ms <= 0:
+        raise ValueError(f"arrival at {arrival_ms} ms: it must be after the start")
+    return nbytes * max(arrival_ms - release_ms, 0.0) / arrival_ms
+
+
+def kept_share(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: float) -> float:
+    """Share of its NIC the first message kept after the second started at ``release_ms``:
+    its bytes left then (at the rate it had alone) over what that rate would move in the
+    time it still took."""
+    rate = nbytes / alone_ms
+    left = max(nbytes - rate * release_ms, 0.0)
+    took = arrival_ms - release_ms
+    if took <= 0:
+        raise ValueError(f"arrival {arrival_ms} ms is not after the release {release_ms} ms")
+    return left / (rate * took)
+
+
+def send_release(comm, nbytes: int, first: int, second: int | None) -> tuple | None:
+    """One call, from a barrier: rank 0 sends ``nbytes`` to ``first`` and, when
+    ``second`` is a rank, as soon as that ``Send`` returns another ``nbytes`` to it. On
+    rank 0 ``(release, first's arrival, second's arrival)`` in ms from the barrier
+    (second 0 without one), each rank timing from its own barrier exit; None elsewhere.
+    Collective."""
+    buf = np.ones(nbytes, np.uint8)
+    comm.Barrier()
+    t0 = _now()
+    arrived = 0.0
+    release = 0.0
+    if comm.rank == 0:
+        comm.Send(buf, dest=first, tag=11)
+        release = _now() - t0
+        if second is not None:
+            comm.Send(buf, dest=second, tag=12)
+    elif comm.rank == first:
+        comm.Recv(buf, source=0, tag=11)
+        arrived = _now() - t0
+    elif comm.rank == second:
+        comm.Recv(buf, source=0, tag=12)
+        arrived = _now() - t0
+    times = comm.gather(arrived, root=0)
+    if comm.rank != 0:
+        return None
+    return release * 1e3, times[first] * 1e3, (times[second] * 1e3 if second is not None else 0.0)
+
+
+def _release_calls(comm, nbytes: int, first: int, second: int | None, reps: int) -> tuple:
+    """Median ``(release, first's arrival)`` ms over ``reps`` :func:`send_release` calls
+    (after one to warm the connections), on every rank. Collective."""
+    send_release(comm, nbytes, first, second)
+    rows = [send_release(comm, nbytes, first, second) for _ in range(reps)]
+    mid = np.median(np.array(rows), axis=0)[:2] if comm.rank == 0 else None
+    return tuple(float(v) for v in comm.bcast(mid, root=0))
 
 
 def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
@@ -680,6 +757,16 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         for a, b in busy_pairs(p, g, "scaleout"):
             pairs[a], pairs[b] = (b, b), (a, a)
         add("exchange", "scaleout", len(pairs), nbytes, _exchange(comm, pairs, nbytes, reps), reps)
+        release, arrival = _release_calls(comm, RELEASE_BYTES, g, None, reps)
+        drain = max(arrival - release, 0.0)  # 0: returned on arrival (clocks ~a latency apart)
+        add("release", "scaleout", 1, RELEASE_BYTES, drain / 1e3, reps)
+        second = g + 1 if g > 1 else (2 if nodes > 2 else None)
+        if second is not None:
+            _, alone = _release_calls(comm, OVERLAP_BYTES, g, None, reps)
+            release, arrival = _release_calls(comm, OVERLAP_BYTES, g, second, reps)
+            add("overlap-alone", "scaleout", 1, OVERLAP_BYTES, alone / 1e3, reps)
+            add("overlap-release", "scaleout", 2, OVERLAP_BYTES, release / 1e3, reps)
+            add("overlap", "scaleout", 2, OVERLAP_BYTES, arrival / 1e3, reps)
         remote = list(range(g, p))
         k = 1
         while k <= len(remote):
@@ -876,10 +963,47 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
                 f"{EAGER_LATE_S * 1e3:g} ms late (b = {_sizes_text(sizes)}): the largest b "
                 "up to which every send returned in under half that"
             )
+    held = _send_buffer(points, nic)
+    if held is not None:
+        c.update(held[0])
+        why.update(held[1])
     red = _one(points, "reduce")
     c["reduce_GBps"] = red["GBps"]
     why["reduce_GBps"] = f"reducing {red['bytes']} B into a buffer on rank 0"
     return {k: _round(v) for k, v in c.items()}, why
+
+
+def _send_buffer(points: list[dict], nic_GBps: float) -> tuple[dict, dict] | None:
+    """``scaleout_send_buffer_bytes`` and ``scaleout_kept_share`` with their reasons from
+    the ``release`` and ``overlap`` points (None without a ``release`` point, or where
+    less than 1 % of its message was on its way when the send returned)."""
+    rel = _one(points, "release")
+    if rel is None:
+        return None
+    quiet = _one(points, "pingpong", "scaleout")["time_us"]
+    held = max(rel["time_us"] - quiet, 0.0) * nic_GBps * 1e3
+    if held < 0.01 * rel["bytes"]:
+        return None
+    c = {"scaleout_send_buffer_bytes": held}
+    why = {"scaleout_send_buffer_bytes": (
+        f"rank 0 sending {rel['bytes']} B to node 1: its send returned "
+        f"{rel['time_us'] / 1e3:.4g} ms before the message arrived; that less one latency "
+        "at the stream's rate"
+    )}  # fmt: skip
+    alone, start, both = (_one(points, k) for k in ("overlap-alone", "overlap-release", "overlap"))
+    if alone is not None and start is not None and both is not None:
+        ms = [q["time_us"] / 1e3 for q in (alone, start, both)]
+        if ms[2] > ms[1]:
+            share = min(kept_share(alone["bytes"], ms[0], ms[1], ms[2]), 1.0)
+            c["scaleout_kept_share"] = share
+            why["scaleout_kept_share"] = (
+                f"rank 0 sending {alone['bytes']} B to node 1, alone ({ms[0]:.4g} ms) and "
+                f"with a second to another rank started when the first send returned "
+                f"({ms[1]:.4g} ms): the first arrived at {ms[2]:.4g} ms, keeping "
+                f"{share:.2f} of the NIC (its bytes left at the release, at the rate it had "
+                "alone, over the time it then took)"
+            )
+    return c, why
 
 
 def eager_limit(points: list[dict], tier: str) -> int | None:

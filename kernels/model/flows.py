@@ -1,0 +1,249 @@
+"""Flow-level model of permutation steps whose senders leave before their bytes arrive.
+
+:func:`~commbench.kernels.model.fabric.step_finish` holds a sender in its step until its
+flow ends. A host MPI's send over TCP returns earlier: once the receiver has matched it
+(the first fragment there and its acknowledgement back) and the rest fits in the
+kernel's buffers (socket and NIC queue, ``nic_send_buffer_bytes``). The sender then
+starts its next step while its NIC still carries the rest of the last message, so the
+two share the NIC and the first receiver waits longer. Steps chained per rank cannot
+express that; this module runs the flows in time instead (a fluid model: between
+events every flow moves at its max-min fair share of the ports it crosses).
+
+A schedule here is ``P - 1`` (or any number of) permutation steps, as spread-out and
+Open MPI's pairwise all-to-allv run them: at step k rank r sends ``nbytes[k][r]`` to
+``dst[k][r]`` and receives from the rank whose ``dst`` is r. A rank posts step k when it
+has left step k - 1 (``stage_us`` plus ``msg_us`` per message later); a flow starts one
+latency after both of its ranks have posted (a rendezvous); a rank leaves the step when
+its receive has ended and its send is released: a flow inside a node at its end, one
+between nodes once at most ``nic_send_buffer_bytes`` are left and its first
+``nic_eager_bytes`` (the fragment the receiver matches) have crossed and been
+acknowledged (one latency). Rates (max-min fair): each NIC and each scale-up port
+serves its flows (each direction on its own) at its rate, where a sender's NIC carries
+flows of several of its steps the older keep ``nic_kept_share`` of it
+(:func:`age_weights`: the older bytes queued ahead), a flow between nodes is capped by
+``exchange_GBps`` while its reverse flows too, one inside a node by
+``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
+(:meth:`Fabric.cap_GBps` at the flows each sending NIC carries and their bytes). Incast
+does not arise: a rank receives one flow at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from commbench.kernels.model.fabric import Fabric
+
+_BYTES_PER_US = 1e3
+#: a flow this close to its end (bytes) has ended: the float sums of a fluid model
+_EPS_BYTES = 1e-6
+
+
+def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None) -> np.ndarray:
+    """Max-min fair rates of ``n`` flows under constraints: constraint i lets the flows
+    ``members[i]`` together move at most ``caps[i]`` (progressive filling: raise every
+    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat).
+    A flow in no constraint gets ``inf``."""
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    rate = np.full(n, math.inf)
+    frozen = np.zeros(n, dtype=bool)
+    left = np.asarray(caps, dtype=np.float64).copy()
+    used = np.zeros(len(members))
+    while True:
+        counts = np.array([w[m][~frozen[m]].sum() for m in members])
+        live = np.array([(~frozen[m]).any() for m in members])
+        if not live.any():
+            return rate
+        share = np.full(len(members), math.inf)
+        share[live] = (left[live] - used[live]) / counts[live]
+        i = int(np.argmin(share))
+        level = max(float(share[i]), 0.0)
+        pick = members[i][~frozen[members[i]]]
+        rate[pick] = level * w[pick]
+        frozen[pick] = True
+        for j, m in enumerate(members):
+            used[j] += level * w[m[np.isin(m, pick)]].sum()
+
+
+def age_weights(n: int, kept: float) -> np.ndarray:
+    """Weights of ``n`` flows leaving one NIC, oldest first: each keeps ``kept`` of what
+    the older ones leave it, the newest all the rest (``kept`` = 0.5: an even split of
+    two), scaled to sum to ``n`` so that against other NICs' flows (weight 1) they count
+    as ``n`` flows. ``kept`` near 1 makes a NIC first-in first-out."""
+    keep = min(max(float(kept), 1e-6), 1 - 1e-6)
+    shares = keep * (1 - keep) ** np.arange(n)
+    shares[-1] = (1 - keep) ** (n - 1)
+    return shares * n
+
+
+def permutation_steps(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Per-rank finish times (µs) of the permutation steps ``dst[k][r]`` /
+    ``nbytes[k][r]`` (K x P arrays; see the module docstring), every rank starting at 0.
+    Zero-byte and self flows cost nothing and post no message."""
+    dst = np.asarray(dst, dtype=np.int64)
+    nb = np.asarray(nbytes, dtype=np.float64)
+    if dst.ndim != 2 or dst.shape != nb.shape:
+        raise ValueError(
+            f"dst and nbytes must be K x P arrays of one shape ({dst.shape}, {nb.shape})"
+        )
+    nsteps, p = dst.shape
+    if not nsteps:
+        return np.zeros(p)
+    for k in range(nsteps):
+        if not np.array_equal(np.sort(dst[k]), np.arange(p)):
+            raise ValueError(f"step {k}: dst is not a permutation of the {p} ranks")
+    src = np.argsort(dst, axis=1)  # src[k][r]: who sends to r in step k
+    real = (nb > 0) & (dst != np.arange(p))
+    posts = real.astype(np.int64) + np.take_along_axis(real, src, axis=1)
+    overhead = fabric.stage_us + fabric.msg_us * posts  # per step and rank
+    sim = _Run(fabric, dst, nb, src, real, overhead)
+    return sim.run()
+
+
+class _Run:
+    """One simulation of :func:`permutation_steps` (its state and events)."""
+
+    def __init__(self, fabric: Fabric, dst, nb, src, real, overhead) -> None:
+        self.fabric, self.dst, self.nb, self.src, self.real = fabric, dst, nb, src, real
+        self.overhead = overhead
+        self.nsteps, p = dst.shape
+        self.step = np.zeros(p, dtype=np.int64)
+        self.posted = np.zeros(p, dtype=bool)  # has posted its current step
+        self.send_open = np.zeros(p, dtype=bool)
+        self.recv_open = np.zeros(p, dtype=bool)
+        self.finish = np.zeros(p)
+        self.flows: dict[tuple[int, int], dict] = {}  # (sender, step) -> its flow
+        self.posts = [(float(overhead[0, r]), r) for r in range(p)]  # (time, rank) heap
+        heapq.heapify(self.posts)
+        self.now = 0.0
+
+    def run(self) -> np.ndarray:
+        fabric, burst = self.fabric, self.fabric.nic_send_buffer_bytes
+        while self.posts or self.flows:
+            now = self.now
+            keys = [key for key, f in self.flows.items() if f["start"] <= now]
+            for key in keys:  # the first fragment through: matched, acknowledged later
+                f = self.flows[key]
+                if math.isinf(f["matched"]) and f["size"] - f["left"] >= f["eager"] - _EPS_BYTES:
+                    f["matched"] = now + (fabric.nic_us if f["cross"] else 0.0)
+            rates = _rates(fabric, [self.flows[key] for key in keys])
+            starts = [f["start"] for f in self.flows.values() if f["start"] > now]
+            horizon = min([self.posts[0][0]] if self.posts else [math.inf], default=math.inf)
+            horizon = min([horizon, *starts])
+            for key, rate in zip(keys, rates, strict=True):
+                horizon = min(horizon, now + self._next_change(key, rate, burst))
+            if not math.isfinite(horizon):
+                raise RuntimeError("flow model stalled: a step waits for a flow that never starts")
+            for key, rate in zip(keys, rates, strict=True):
+                f = self.flows[key]
+                f["left"] = 0.0 if math.isinf(rate) else f["left"] - rate * (horizon - now)
+            self.now = horizon
+            while self.posts and self.posts[0][0] <= horizon:
+                self._post(heapq.heappop(self.posts)[1])
+            for (s, k), f in list(self.flows.items()):
+                if f["start"] <= horizon:
+                    self._settle(s, k, f, burst)
+        return self.finish
+
+    def _next_change(self, key, rate: float, burst: float) -> float:
+        """Time until the flow ``key`` ends, crosses its eager fragment, is matched or
+        leaves its sender (a rate change or a release)."""
+        f = self.flows[key]
+        if math.isinf(rate):
+            return 0.0
+        until = f["left"] / rate
+        sent = f["size"] - f["left"]
+        if sent < f["eager"] - _EPS_BYTES:
+            until = min(until, (f["eager"] - sent) / rate)
+        if self.send_open[key[0]] and f["cross"] and self.step[key[0]] == key[1]:
+            if f["left"] > burst + _EPS_BYTES:
+                until = min(until, (f["left"] - burst) / rate)
+            if self.now < f["matched"] < math.inf:
+                until = min(until, f["matched"] - self.now)
+        return until
+
+    def _settle(self, s: int, k: int, f: dict, burst: float) -> None:
+        """Release the sender and end the receive of flow (s, k) where they are due."""
+        done = f["left"] <= _EPS_BYTES
+        released = f["cross"] and f["left"] <= burst + _EPS_BYTES and f["matched"] <= self.now
+        if self.step[s] == k and self.send_open[s] and (done or released):
+            self.send_open[s] = False
+            self._leave_if_done(s)
+        if done:
+            d = f["dst"]
+            del self.flows[(s, k)]
+            self.recv_open[d] = False
+            self._leave_if_done(d)
+
+    def _leave_if_done(self, r: int) -> None:
+        if self.send_open[r] or self.recv_open[r]:
+            return
+        k = int(self.step[r]) + 1
+        self.step[r] = k
+        self.posted[r] = False
+        if k == self.nsteps:
+            self.finish[r] = self.now
+        else:
+            heapq.heappush(self.posts, (self.now + float(self.overhead[k, r]), r))
+
+    def _post(self, r: int) -> None:
+        k = int(self.step[r])
+        self.posted[r] = True
+        self.send_open[r] = bool(self.real[k, r])
+        self.recv_open[r] = bool(self.real[k, self.src[k, r]])
+        for s in (r, int(self.src[k, r])):  # my send, and the send I receive
+            d = int(self.dst[k, s])
+            ready = all(self.step[x] == k and self.posted[x] for x in (s, d))
+            if self.real[k, s] and ready and (s, k) not in self.flows:
+                g = self.fabric.gpus_per_node
+                cross = s // g != d // g
+                alpha = self.fabric.nic_us if cross else self.fabric.scaleup_us
+                size = float(self.nb[k, s])
+                eager = min(self.fabric.nic_eager_bytes, size) if cross else 0.0
+                self.flows[(s, k)] = {"src": s, "dst": d, "left": size, "size": size,
+                                      "cross": cross, "start": self.now + alpha,
+                                      "eager": eager, "matched": math.inf, "step": k}  # fmt: skip
+        self._leave_if_done(r)
+
+
+def _rates(fabric: Fabric, running: list[dict]) -> np.ndarray:
+    """Max-min fair rates (bytes per µs) of the running flows (inf: a free tier)."""
+    n = len(running)
+    if not n:
+        return np.zeros(0)
+    src = np.array([f["src"] for f in running], dtype=np.int64)
+    dst = np.array([f["dst"] for f in running], dtype=np.int64)
+    cross = np.array([f["cross"] for f in running], dtype=bool)
+    size = np.array([f["size"] for f in running])
+    caps: list[float] = []
+    members: list[np.ndarray] = []
+    idx = np.arange(n)
+    for tier, rate in ((cross, fabric.nic_GBps), (~cross, fabric.scaleup_GBps)):
+        if not tier.any() or math.isinf(rate):
+            continue
+        for ends in (src, dst):  # each port's sending side, then its receiving side
+            for port in np.unique(ends[tier]):
+                caps.append(rate * _BYTES_PER_US)
+                members.append(idx[tier & (ends == port)])
+    if cross.any() and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
+        senders = np.unique(src[cross]).size
+        cap = fabric.cap_GBps(cross.sum() / senders, size[cross].sum() / senders)
+        caps.append(float(cap) * _BYTES_PER_US)
+        members.append(idx[cross])
+    pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
+    for i in range(n):
+        if cross[i] and (dst[i], src[i]) in pairs and math.isfinite(fabric.exchange_GBps):
+            caps.append(fabric.exchange_GBps * _BYTES_PER_US)
+            members.append(idx[i : i + 1])
+        if not cross[i] and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
+            caps.append(fabric.scaleup_peer_GBps * _BYTES_PER_US)
+            members.append(idx[i : i + 1])
+    weights = np.ones(n)
+    for s in np.unique(src[cross]):
+        mine = np.flatnonzero(cross & (src == s))
+        if mine.size > 1:
+            order = mine[np.argsort([running[i]["step"] for i in mine], kind="stable")]
+            weights[order] = age_weights(mine.size, fabric.nic_kept_share)
+    return fair_rates(np.array(caps), members, n, weights)

@@ -1,0 +1,127 @@
+"""The flow-level model of permutation steps (kernels/model/flows.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.kernels.model import Fabric
+from commbench.kernels.model import alltoallv as a2a_model
+from commbench.kernels.model.fabric import step_finish
+from commbench.kernels.model.flows import age_weights, fair_rates, permutation_steps
+
+ALPHA = 100.0
+RATE = 0.0125  # GB/s: 12.5 bytes per us
+
+
+def fabric(**kw) -> Fabric:
+    base = dict(gpus_per_node=1, nic_GBps=RATE, nic_us=ALPHA, scaleup_GBps=1.0, scaleup_us=5.0)
+    return Fabric(**{**base, **kw})
+
+
+def test_a_released_sender_shares_its_nic_with_its_next_flow():
+    """Rank 0 sends M to rank 1, then M to rank 2 (one rank per node). With the whole
+    message fitting the buffer it leaves its first step once the receiver has matched
+    (one latency after the flow starts, eager 0), and its next flow starts a latency
+    later; from then the first keeps ``kept`` of the NIC."""
+    m, kept = 100_000.0, 0.7
+    dst = np.array([[1, 2, 0], [2, 0, 1]])
+    nb = np.array([[m, 0, 0], [m, 0, 0]])
+    fab = fabric(nic_send_buffer_bytes=2 * m, nic_kept_share=kept)
+    finish = permutation_steps(fab, dst, nb)
+    r = RATE * 1e3
+    left = m - 2 * ALPHA * r  # the first ran alone from ALPHA to 3 ALPHA
+    t1 = 3 * ALPHA + left / (kept * r)
+    t2 = t1 + (m - (1 - kept) * r * (t1 - 3 * ALPHA)) / r
+    assert finish[1] == pytest.approx(t1)
+    assert finish[2] == pytest.approx(t2)
+    assert finish[0] == pytest.approx(4 * ALPHA)  # released from both steps once matched
+    # held until its flows end (no buffer): one after the other
+    held = permutation_steps(fabric(nic_send_buffer_bytes=0.0), dst, nb)
+    assert held[1] == pytest.approx(ALPHA + m / r)
+    assert held[0] == held[2] == pytest.approx(held[1] + ALPHA + m / r)
+
+
+def test_a_sender_waits_until_what_is_left_fits_its_buffer():
+    m, buf = 100_000.0, 25_000.0
+    dst = np.array([[1, 0]])
+    nb = np.array([[m, 0]])
+    finish = permutation_steps(fabric(nic_send_buffer_bytes=buf), dst, nb)
+    r = RATE * 1e3
+    assert finish[0] == pytest.approx(ALPHA + (m - buf) / r)
+    assert finish[1] == pytest.approx(ALPHA + m / r)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4]),  # ranks per node
+    st.integers(2, 4),  # nodes
+    st.integers(1, 1 << 20),  # bytes per pair
+    st.floats(0.0, 50.0),  # msg_us
+)
+def test_without_a_buffer_uniform_spreadout_is_the_step_model(g, nodes, nbytes, msg):
+    """Senders held to their flow's end, uniform traffic: the flow-level run of the
+    steps ends every rank where chaining the steps does."""
+    p = g * nodes
+    fab = fabric(gpus_per_node=g, msg_us=msg, stage_us=7.0, fabric_GBps=RATE * p * 0.6)
+    d = np.full((p, p), nbytes, dtype=np.int64)
+    ranks = np.arange(p)
+    shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p
+    flows = permutation_steps(fab, shifts, d[ranks[None, :], shifts])
+    ready = np.zeros(p)
+    for dst in shifts:
+        ready = step_finish(fab, ready, ranks, dst, d[ranks, dst])
+    assert flows == pytest.approx(ready, rel=1e-9)
+    # with a buffer spread-out runs flow by flow, and says so
+    pred = a2a_model.spreadout(d, fab.with_(nic_send_buffer_bytes=1.0))
+    assert pred.info["flow_level"] and not a2a_model.spreadout(d, fab).info["flow_level"]
+
+
+def test_bad_schedules_are_refused():
+    with pytest.raises(ValueError, match="not a permutation"):
+        permutation_steps(fabric(), np.array([[1, 1]]), np.array([[1, 1]]))
+    with pytest.raises(ValueError, match="one shape"):
+        permutation_steps(fabric(), np.array([[1, 0]]), np.array([[1, 1, 1]]))
+    with pytest.raises(ValueError, match="nic_kept_share"):
+        fabric(nic_kept_share=0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
+    """Weighted max-min fairness: no constraint is over its cap, and every flow sits in a
+    full constraint where no other flow has a higher rate per weight."""
+    n = data.draw(st.integers(1, 6))
+    k = data.draw(st.integers(1, 5))
+    members = [
+        np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))) for _ in range(k)
+    ]
+    caps = np.array(data.draw(st.lists(st.floats(0.5, 10.0), min_size=k, max_size=k)))
+    w = np.array(data.draw(st.lists(st.floats(0.1, 3.0), min_size=n, max_size=n)))
+    rate = fair_rates(caps, members, n, w)
+    covered = set().union(*(set(m.tolist()) for m in members))
+    for i in range(n):
+        if i not in covered:
+            assert math.isinf(rate[i])
+    for cap, m in zip(caps, members, strict=True):
+        assert rate[m].sum() <= cap * (1 + 1e-9)
+    for i in covered:
+        assert any(
+            rate[m].sum() >= cap * (1 - 1e-9)
+            and rate[i] / w[i] >= (rate[m] / w[m]).max() * (1 - 1e-9)
+            for cap, m in zip(caps, members, strict=True)
+            if i in m
+        )
+
+
+def test_age_weights_keep_the_oldest_share():
+    assert age_weights(2, 0.5) == pytest.approx([1.0, 1.0])
+    assert age_weights(2, 0.75) == pytest.approx([1.5, 0.5])
+    w = age_weights(3, 0.6)
+    assert w.sum() == pytest.approx(3) and w[0] / 3 == pytest.approx(0.6)
+    assert w[1] / w[1:].sum() == pytest.approx(0.6)  # the next keeps 0.6 of what is left
+    assert age_weights(2, 1.0)[1] > 0  # first in, first out: the newest waits, not starved
