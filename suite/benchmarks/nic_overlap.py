@@ -1,8 +1,9 @@
 """How early a send completes, and how a NIC splits between the old flow and the next one.
 
 Two probes between two nodes (rank 0 on node 0, ranks G and G + 1 on node 1, each rank
-its own NIC), both timed from a barrier, what spread-out's steps meet and the cost model
-does not have (docs/model-validation.md):
+its own NIC), both timed from a barrier, what spread-out's steps meet; ``commbench
+calibrate`` measures both at one size each (its ``release`` and ``overlap`` points, the
+same code) for the model's flow-level spread-out (docs/cost-model.md), this at several:
 
 * **release**: rank 0 sends M bytes to rank G. Its ``Send`` returns when the bytes are in
   the node's buffers, not when they have arrived; ``in flight`` is the share of M still on
