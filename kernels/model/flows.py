@@ -44,8 +44,9 @@ _EPS_BYTES = 1e-6
 def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None) -> np.ndarray:
     """Max-min fair rates of ``n`` flows under constraints: constraint i lets the flows
     ``members[i]`` together move at most ``caps[i]`` (progressive filling: raise every
-    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat).
-    A flow in no constraint gets ``inf``."""
+    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat),
+    flow j's rate ``weights[j]`` times the common level (default 1 each). A flow in no
+    constraint gets ``inf``."""
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     rate = np.full(n, math.inf)
     frozen = np.zeros(n, dtype=bool)
@@ -120,7 +121,7 @@ class _Run:
         self.now = 0.0
 
     def run(self) -> np.ndarray:
-        fabric, burst = self.fabric, self.fabric.nic_send_buffer_bytes
+        fabric, buffer = self.fabric, self.fabric.nic_send_buffer_bytes
         while self.posts or self.flows:
             now = self.now
             keys = [key for key, f in self.flows.items() if f["start"] <= now]
@@ -130,10 +131,9 @@ class _Run:
                     f["matched"] = now + (fabric.nic_us if f["cross"] else 0.0)
             rates = _rates(fabric, [self.flows[key] for key in keys])
             starts = [f["start"] for f in self.flows.values() if f["start"] > now]
-            horizon = min([self.posts[0][0]] if self.posts else [math.inf], default=math.inf)
-            horizon = min([horizon, *starts])
+            horizon = min([t for t, _ in self.posts[:1]] + starts, default=math.inf)
             for key, rate in zip(keys, rates, strict=True):
-                horizon = min(horizon, now + self._next_change(key, rate, burst))
+                horizon = min(horizon, now + self._next_change(key, rate, buffer))
             if not math.isfinite(horizon):
                 raise RuntimeError("flow model stalled: a step waits for a flow that never starts")
             for key, rate in zip(keys, rates, strict=True):
@@ -144,10 +144,10 @@ class _Run:
                 self._post(heapq.heappop(self.posts)[1])
             for (s, k), f in list(self.flows.items()):
                 if f["start"] <= horizon:
-                    self._settle(s, k, f, burst)
+                    self._settle(s, k, f, buffer)
         return self.finish
 
-    def _next_change(self, key, rate: float, burst: float) -> float:
+    def _next_change(self, key, rate: float, buffer: float) -> float:
         """Time until the flow ``key`` ends, crosses its eager fragment, is matched or
         leaves its sender (a rate change or a release)."""
         f = self.flows[key]
@@ -158,16 +158,16 @@ class _Run:
         if sent < f["eager"] - _EPS_BYTES:
             until = min(until, (f["eager"] - sent) / rate)
         if self.send_open[key[0]] and f["cross"] and self.step[key[0]] == key[1]:
-            if f["left"] > burst + _EPS_BYTES:
-                until = min(until, (f["left"] - burst) / rate)
+            if f["left"] > buffer + _EPS_BYTES:
+                until = min(until, (f["left"] - buffer) / rate)
             if self.now < f["matched"] < math.inf:
                 until = min(until, f["matched"] - self.now)
         return until
 
-    def _settle(self, s: int, k: int, f: dict, burst: float) -> None:
+    def _settle(self, s: int, k: int, f: dict, buffer: float) -> None:
         """Release the sender and end the receive of flow (s, k) where they are due."""
         done = f["left"] <= _EPS_BYTES
-        released = f["cross"] and f["left"] <= burst + _EPS_BYTES and f["matched"] <= self.now
+        released = f["cross"] and f["left"] <= buffer + _EPS_BYTES and f["matched"] <= self.now
         if self.step[s] == k and self.send_open[s] and (done or released):
             self.send_open[s] = False
             self._leave_if_done(s)
