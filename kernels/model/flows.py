@@ -48,24 +48,26 @@ def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None
     flow j's rate ``weights[j]`` times the common level (default 1 each). A flow in no
     constraint gets ``inf``."""
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    incidence = np.zeros((len(members), n))
+    for i, m in enumerate(members):
+        incidence[i, m] = 1.0
     rate = np.full(n, math.inf)
     frozen = np.zeros(n, dtype=bool)
     left = np.asarray(caps, dtype=np.float64).copy()
-    used = np.zeros(len(members))
     while True:
-        counts = np.array([w[m][~frozen[m]].sum() for m in members])
-        live = np.array([(~frozen[m]).any() for m in members])
+        open_w = np.where(frozen, 0.0, w)
+        counts = incidence @ open_w
+        live = (incidence @ ~frozen) > 0
         if not live.any():
             return rate
         share = np.full(len(members), math.inf)
-        share[live] = (left[live] - used[live]) / counts[live]
+        share[live] = left[live] / counts[live]
         i = int(np.argmin(share))
         level = max(float(share[i]), 0.0)
-        pick = members[i][~frozen[members[i]]]
+        pick = (incidence[i] > 0) & ~frozen
         rate[pick] = level * w[pick]
-        frozen[pick] = True
-        for j, m in enumerate(members):
-            used[j] += level * w[m[np.isin(m, pick)]].sum()
+        frozen |= pick
+        left -= incidence[:, pick] @ rate[pick]
 
 
 def age_weights(n: int, kept: float) -> np.ndarray:

@@ -157,8 +157,22 @@ def speed(gpus: int = 1024) -> bool:
         secs, _ = _best_of(fn)
         ok &= secs < 1.0
         print(f"  model {name:13s} {secs:7.3f} s  {'< 1 s' if secs < 1.0 else 'OVER 1 s'}")
+    flow_level_speed()
     print()
     return ok
+
+
+def flow_level_speed(ranks: tuple[int, ...] = (16, 32, 64)) -> None:
+    """Spread-out flow by flow (a profile with a send buffer, as calibrate measures over
+    TCP; 4 ranks a node, 512 KiB a pair): its Python events grow with the ranks, so it has
+    no 1024-GPU goal; printed so that what it costs at a size can be read."""
+    fabric = fabric_from_profile("h200").with_(
+        gpus_per_node=4, nic_send_buffer_bytes=1.2e6, nic_kept_share=0.7, nic_eager_bytes=32768
+    )
+    for p in ranks:
+        d = np.full((p, p), 512 * 1024, dtype=np.int64)
+        secs, _ = _best_of(lambda d=d: a2a.spreadout(d, fabric), 1)
+        print(f"  model spreadout flow by flow, {p:3d} ranks  {secs:7.3f} s")
 
 
 def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -> str:

@@ -12,8 +12,8 @@ cluster down. All-reduce's step costs are measured again before each of its laun
 (``commbench calibrate --update``) and it is modelled from their median
 (``profile-SHAPE-QUEUE-steps.toml``; ``--no-pool-steps``: from the one calibration). The
 table (measured, modelled, ratio per point) is written to ``OUT/validation.md`` and, with
-``--doc``, between the markers of ``docs/model-validation.md``. Every point list is a flag, so a loaded 2-core machine can
-run a reduced set.
+``--doc``, between the markers of ``docs/model-validation.md``. Every point list is a flag,
+so a loaded 2-core machine can run a reduced set.
 
     python -m commbench.benchmarks.validate [--prefix P] [--a2a-shapes 2x4,4x2]
         [--ar-shapes 8x1,4x2] [--queues deep,shallow] [--a2a-sizes 1M,4M,8M]
