@@ -641,13 +641,23 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
     # reduce-scatter + gather sends its halves and receives them and the gather, the two
     # directions of its NIC side by side
     n = 4096
-    _, serial, sent, received = ar_model._inter_reduce(n, 4, f)
+    _, serial, sent, received = ar_model._inter_reduce(n, 4, f, rested=True)
     assert received > sent > 0
-    _, lat, copies, nothing = ar_model._inter_bcast(n, 4, f)  # linear: the root only sends
+    _, lat, copies, nothing = ar_model._inter_bcast(n, 4, f, rested=True)  # linear: root sends
     assert copies > 0 and nothing == 0
     parts = (ar_model._intra_tree(n, f, reduce=True), serial + received, lat + copies,
              ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
     assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
+    # a token bucket: the first segment finds the leaders' NICs rested (bucket full),
+    # the broadcast's three copies leave back to back, refilling only while each is posted
+    bucket = f.with_(nic_burst_bytes=2.5 * n)
+    _, _, copies, _ = ar_model._inter_bcast(n, 4, bucket, rested=True)
+    refill = 2 * bucket.msg_us * bucket.nic_GBps * 1e3
+    assert copies == pytest.approx(bucket.nic_time_us(3 * n - 2.5 * n - refill))
+    assert ar_model._inter_reduce(n, 4, bucket, rested=True)[3] == 0  # all within the bucket
+    _, _, busy, _ = ar_model._inter_bcast(n, 4, bucket)  # a later segment: bucket empty
+    assert busy > copies
+    assert ar_model.han(n, 4, bucket).time_us < ar_model.han(n, 4, f).time_us
     # many segments: the pipeline costs about one iteration per segment, the inter-node
     # side being the longer here: the reduce's and the broadcast's sends add up on the
     # leader's NIC against the reduce's receives

@@ -121,30 +121,42 @@ def _ceil_log2(m: int) -> int:
     return (m - 1).bit_length()
 
 
-def _han_free_bytes(fabric: Fabric) -> float:
-    """Bytes of each of HAN's inter-node messages that a NIC's token bucket passes at
-    once: what refills while the message is posted and its latency runs (HAN's pipeline
-    keeps the leaders' NICs busy, so the bucket is not assumed full)."""
-    return float(fabric.drain_bucket(0.0, fabric.msg_us + fabric.nic_us, math.inf)[0])
+def _paid(
+    fabric: Fabric, sizes: list[float], rested: bool, back_to_back: bool = False
+) -> list[float]:
+    """Bytes of each of one NIC's messages in a HAN sub-collective, in order, that pay
+    the NIC's rate; its token bucket passes the rest at once. Rested (a call's first
+    segment: nothing left the leaders' NICs since the previous call's broadcast and the
+    harness's barrier) the bucket starts full, as in the other all-reduce models;
+    otherwise (HAN's pipeline keeps the leaders' NICs busy) it starts empty. Between
+    messages it refills while the next is posted (``back_to_back``: a linear broadcast's
+    copies) or posted and its latency runs (a step after a step)."""
+    tokens = float(fabric.nic_burst_bytes) if rested else 0.0
+    gap = fabric.msg_us + (0.0 if back_to_back else fabric.nic_us)
+    paid = []
+    for b in sizes:
+        free, tokens = fabric.drain_bucket(tokens, gap, b)
+        paid.append(b - float(free))
+    return paid
 
 
-def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float, float]:
+def _inter_reduce(s: float, nodes: int, fabric: Fabric,
+                  rested: bool = False) -> tuple[str, float, float, float]:  # fmt: skip
     """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
     level): ``(algorithm, serial part, sent, received)`` of the root's path: its
     latencies and reductions, and the wire time of what its NIC sends and receives (the
-    two directions of a NIC run side by side).
+    two directions of a NIC run side by side). Every leader's NIC sends the same
+    sequence as the root's partners (``rested``: see :func:`_paid`).
 
     libnbc's choice (``nbc_ireduce.c``, commutative op): reduce-scatter + gather when
     nodes > 2 and the count reaches half the next power of two; else binomial when
     nodes > 4 or under 64 KiB; else a chain of 8 KiB segments.
     """
     post, alpha = fabric.msg_us, fabric.nic_us
-    free = _han_free_bytes(fabric)
 
-    def wire(b: float, concurrent: int, exchange: bool = False) -> float:
-        b = max(b - free, 0.0)
-        t = max(fabric.nic_time_us(b), fabric.fabric_time_us(concurrent * b, nic_bytes=b))
-        return float(max(t, fabric.exchange_time_us(b)) if exchange else t)
+    def wire(paid: float, concurrent: int, exchange: bool = False) -> float:
+        t = max(fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid, nic_bytes=paid))
+        return float(max(t, fabric.exchange_time_us(paid)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
     if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
@@ -152,48 +164,54 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, flo
         serial = sent = received = 0.0
         if p2 < nodes:  # extra leaders fold in first
             serial += post + alpha + float(fabric.reduce_time_us(s))
-            received += wire(s, nodes - p2)
+            received += wire(_paid(fabric, [s], rested)[0], nodes - p2)
         k = _log2_floor(p2)
-        for i in range(k):  # recursive halving, then the binomial gather back
-            half = s / 2 ** (i + 1)
+        halves = [s / 2 ** (i + 1) for i in range(k)]
+        paid = _paid(fabric, halves, rested)
+        for i, half in enumerate(halves):  # recursive halving, then the binomial gather back
             serial += 2 * (post + alpha) + float(fabric.reduce_time_us(half))
-            sent += wire(half, p2, exchange=True)
-            received += wire(half, p2, exchange=True) + wire(half, p2)
+            sent += wire(paid[i], p2, exchange=True)
+            # the gather's piece comes from a leader that sent its halves before it
+            piece = _paid(fabric, [*halves, half], rested)[-1]
+            received += wire(paid[i], p2, exchange=True) + wire(piece, p2)
         return "reduce-scatter+gather", serial, sent, received
     if nodes > 4 or s < 65536:
         steps = _ceil_log2(nodes)
         serial = steps * (post + alpha + float(fabric.reduce_time_us(s)))
-        return "binomial", serial, 0.0, steps * wire(s, nodes // 2)
+        paid = _paid(fabric, [s], rested)[0]  # each leader sends once
+        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2)
     seg = min(8192.0, s)
     nseg = max(1, math.ceil(s / seg))
-    hop = wire(seg, nodes - 1) + float(fabric.reduce_time_us(seg))
+    paid = _paid(fabric, [seg] * nseg, rested)
+    hops = [wire(b, nodes - 1) + float(fabric.reduce_time_us(seg)) for b in paid]
     serial = (nodes - 1) * (post + alpha) + (nseg - 1) * post
-    return "chain", serial, 0.0, (nodes - 1 + nseg - 1) * hop
+    # the first segment crosses every hop, the others follow it one hop apart
+    return "chain", serial, 0.0, (nodes - 1) * hops[0] + sum(hops[1:])
 
 
-def _inter_bcast(s: float, nodes: int, fabric: Fabric) -> tuple[str, float, float, float]:
+def _inter_bcast(s: float, nodes: int, fabric: Fabric,
+                 rested: bool = False) -> tuple[str, float, float, float]:  # fmt: skip
     """libnbc's ``MPI_Ibcast`` of s bytes from leader 0 (``nbc_ibcast.c``): linear up
     to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
     segments. Returns ``(algorithm, latency part, sent, received)`` of the root (which
-    only sends)."""
+    only sends; ``rested``: see :func:`_paid`)."""
     post, alpha = fabric.msg_us, fabric.nic_us
-    free = _han_free_bytes(fabric)
     if nodes <= 4:  # the root's NIC carries every copy
         lat = (nodes - 1) * post + alpha
-        sent = float(fabric.nic_time_us(max((nodes - 1) * (s - free), 0.0)))
+        copies = _paid(fabric, [s] * (nodes - 1), rested, back_to_back=True)
+        sent = float(fabric.nic_time_us(sum(copies)))
         return "linear", lat, sent, 0.0
     if s < 65536:
         steps = _ceil_log2(nodes)
-        paid = max(s - free, 0.0)
-        return "binomial", steps * (post + alpha), steps * float(fabric.nic_time_us(paid)), 0.0
+        paid = sum(_paid(fabric, [s] * steps, rested))  # the root sends at every step
+        return "binomial", steps * (post + alpha), float(fabric.nic_time_us(paid)), 0.0
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
-    paid = max(seg - free, 0.0)
-    hop = float(
-        max(fabric.nic_time_us(paid), fabric.fabric_time_us((nodes - 1) * paid, nic_bytes=s))
-    )
+    paid = _paid(fabric, [seg] * nseg, rested)
+    hops = [float(max(fabric.nic_time_us(b), fabric.fabric_time_us((nodes - 1) * b, nic_bytes=s)))
+            for b in paid]  # fmt: skip
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
-    return "chain", lat, (nodes - 1 + nseg - 1) * hop, 0.0
+    return "chain", lat, (nodes - 1) * hops[0] + sum(hops[1:]), 0.0
 
 
 def _intra_tree(s: float, fabric: Fabric, reduce: bool) -> float:
@@ -220,7 +238,8 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     reduce of segment i - 1 and broadcast of segment i - 2 progress (their latencies
     overlap; on the leader's NIC what they send adds up, what they receive adds up, and
     the two directions run side by side). An iteration lasts the longer of the two
-    sides; there are segments + 3 iterations.
+    sides; there are segments + 3 iterations. A leader's NIC meets the first segment
+    with its token bucket full and the later ones with it empty (:func:`_paid`).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -230,34 +249,33 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     seg[-1] = n - (m - 1) * seg[0]
     memo: dict = {}
 
-    def cost(kind: str, s: float) -> tuple:
-        key = (kind, s)
+    def cost(kind: str, i: int) -> tuple:
+        s, rested = float(seg[i]), i == 0  # the first segment finds the NICs rested
+        key = (kind, s, rested)
         if key not in memo:
             if kind == "lr":
                 memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0, 0.0)
             elif kind == "lb":
                 memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0)
             elif kind == "ur":
-                memo[key] = _inter_reduce(s, nodes, fabric)
+                memo[key] = _inter_reduce(s, nodes, fabric, rested)
             else:
-                memo[key] = _inter_bcast(s, nodes, fabric)
+                memo[key] = _inter_bcast(s, nodes, fabric, rested)
         return memo[key]
 
-    def seg_at(i: int) -> float | None:
-        return float(seg[i]) if 0 <= i < m else None
+    def at(i: int) -> bool:
+        return 0 <= i < m
 
     total = 0.0
     for it in range(m + 3):
-        intra = sum(cost(k, s)[1] for k, s in (("lr", seg_at(it)), ("lb", seg_at(it - 3)))
-                    if s is not None)  # fmt: skip
-        inter = [cost(k, s) for k, s in (("ur", seg_at(it - 1)), ("ub", seg_at(it - 2)))
-                 if s is not None]  # fmt: skip
+        intra = sum(cost(k, i)[1] for k, i in (("lr", it), ("lb", it - 3)) if at(i))
+        inter = [cost(k, i) for k, i in (("ur", it - 1), ("ub", it - 2)) if at(i)]
         inter_us = max((c[1] for c in inter), default=0.0) + max(
             sum(c[2] for c in inter), sum(c[3] for c in inter)
         )
         total += max(intra, inter_us)
-    ur_alg = cost("ur", float(seg[0]))[0]
-    ub_alg = cost("ub", float(seg[0]))[0]
+    ur_alg = cost("ur", 0)[0]
+    ub_alg = cost("ub", 0)[0]
     info = {
         "algo": f"han({ur_alg}, {ub_alg} bcast)",
         "han_segments": m,
