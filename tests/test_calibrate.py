@@ -43,7 +43,7 @@ def points(
     put_exchange=None,
     burst=None,
     held=None,
-    kept=None,
+    queue=None,
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
     s = 1 << 20
@@ -79,13 +79,13 @@ def points(
                 for b in cal.burst_sizes(s)]  # fmt: skip
     if held is not None:  # `held` bytes still on their way when the send returned
         out.append(q("release", "scaleout", 1, cal.RELEASE_BYTES, lat / 2 + held / (nic * 1e3)))
-    if kept is not None:  # the first of two messages keeps `kept` of the NIC
-        m = cal.OVERLAP_BYTES
-        alone, release = m / (nic * 1e3), 5000.0
-        left = m - nic * 1e3 * release
+    if queue is not None:  # `queue` bytes of the first of two messages leave first
+        m, r = cal.OVERLAP_BYTES, nic * 1e3
+        alone, release = m / r, 5000.0
+        left = m - r * release
         out += [q("overlap-alone", "scaleout", 1, m, alone),
                 q("overlap-release", "scaleout", 2, m, release),
-                q("overlap", "scaleout", 2, m, release + left / (kept * nic * 1e3))]  # fmt: skip
+                q("overlap", "scaleout", 2, m, release + (2 * left - queue) / r)]  # fmt: skip
     for k, rate in (flows or {}).items():  # all NICs at `rate` GB/s with k flows each
         out.append(q("flows", "scaleout", k, s, lat + s * p / (rate * 1e3)))
     return out
@@ -211,29 +211,32 @@ def test_busy_pairs_keep_every_rank_paired_once():
     assert len(cal.busy_pairs(8, 4, "scaleout")) == 4
 
 
-def test_a_send_that_returns_early_gives_its_buffer_and_the_split_of_its_nic():
-    c, why = cal.fit(points(held=900_000, kept=0.7), gpus_per_node=2, nranks=4)
+def test_a_send_that_returns_early_gives_its_buffer_and_what_it_queues_ahead():
+    c, why = cal.fit(points(held=900_000, queue=200_000), gpus_per_node=2, nranks=4)
     assert c["scaleout_send_buffer_bytes"] == pytest.approx(900_000, rel=1e-3)
-    assert c["scaleout_kept_share"] == pytest.approx(0.7, rel=1e-3)
+    assert c["scaleout_queue_bytes"] == pytest.approx(200_000, rel=1e-3)
     assert "before the message arrived" in why["scaleout_send_buffer_bytes"]
-    assert "keeping 0.70 of the NIC" in why["scaleout_kept_share"]
+    assert "as if 200000 B of it left ahead of the second" in why["scaleout_queue_bytes"]
     # a send that returns when its message is through (RDMA): neither constant
-    c, _ = cal.fit(points(held=1000, kept=0.7), gpus_per_node=2, nranks=4)
-    assert "scaleout_send_buffer_bytes" not in c and "scaleout_kept_share" not in c
+    c, _ = cal.fit(points(held=1000, queue=200_000), gpus_per_node=2, nranks=4)
+    assert "scaleout_send_buffer_bytes" not in c and "scaleout_queue_bytes" not in c
     # calibrations before these points, or without a second rank to send to: none / one
     assert "scaleout_send_buffer_bytes" not in cal.fit(points(), 2, 4)[0]
     c, _ = cal.fit(points(held=900_000), gpus_per_node=2, nranks=4)
-    assert "scaleout_kept_share" not in c and c["scaleout_send_buffer_bytes"] > 0
-    # a second that waited for the first: first in, first out (the share capped at 1)
-    c, _ = cal.fit(points(held=900_000, kept=1.2), gpus_per_node=2, nranks=4)
-    assert c["scaleout_kept_share"] == 1.0
+    assert "scaleout_queue_bytes" not in c and c["scaleout_send_buffer_bytes"] > 0
+    # slower than an even split: nothing ahead; the second waited: all the first had left
+    c, _ = cal.fit(points(held=900_000, queue=-50_000), gpus_per_node=2, nranks=4)
+    assert c["scaleout_queue_bytes"] == 0
+    left = cal.OVERLAP_BYTES - 0.0125e3 * 5000.0
+    c, _ = cal.fit(points(held=900_000, queue=1.5 * left), gpus_per_node=2, nranks=4)
+    assert c["scaleout_queue_bytes"] == pytest.approx(left, rel=1e-3)
     # the profile carries both into the model's fabric
     table = FabricTable(scaleup="x", scaleup_GBps=1.0, scaleup_peer_GBps=1.0,
                         scaleup_latency_us=1.0, scaleout="y", scaleout_GBps=0.0125,
                         scaleout_latency_us=100.0, nics_per_node=2, stage_cost_us=0.0,
-                        scaleout_send_buffer_bytes=9e5, scaleout_kept_share=0.7)  # fmt: skip
+                        scaleout_send_buffer_bytes=9e5, scaleout_queue_bytes=2e5)  # fmt: skip
     fab = table.per_gpu(2)
-    assert fab.nic_send_buffer_bytes == 9e5 and fab.nic_kept_share == 0.7
+    assert fab.nic_send_buffer_bytes == 9e5 and fab.nic_queue_bytes == 2e5
 
 
 def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from commbench.kernels.model import Fabric
 from commbench.kernels.model import alltoallv as a2a_model
 from commbench.kernels.model.fabric import step_finish
-from commbench.kernels.model.flows import age_weights, fair_rates, permutation_steps
+from commbench.kernels.model.flows import fair_rates, oldest_half_weights, permutation_steps
 
 ALPHA = 100.0
 RATE = 0.0125  # GB/s: 12.5 bytes per us
@@ -27,23 +27,50 @@ def test_a_released_sender_shares_its_nic_with_its_next_flow():
     """Rank 0 sends M to rank 1, then M to rank 2 (one rank per node). With the whole
     message fitting the buffer it leaves its first step once the receiver has matched
     (one latency after the flow starts, eager 0), and its next flow starts a latency
-    later; from then the first keeps ``kept`` of the NIC."""
-    m, kept = 100_000.0, 0.7
+    later, behind the ``queue`` bytes the first has queued on the NIC; once those have
+    left the two split the NIC evenly."""
+    m, queue = 100_000.0, 30_000.0
     dst = np.array([[1, 2, 0], [2, 0, 1]])
     nb = np.array([[m, 0, 0], [m, 0, 0]])
-    fab = fabric(nic_send_buffer_bytes=2 * m, nic_kept_share=kept)
+    fab = fabric(nic_send_buffer_bytes=2 * m, nic_queue_bytes=queue)
     finish = permutation_steps(fab, dst, nb)
     r = RATE * 1e3
     left = m - 2 * ALPHA * r  # the first ran alone from ALPHA to 3 ALPHA
-    t1 = 3 * ALPHA + left / (kept * r)
-    t2 = t1 + (m - (1 - kept) * r * (t1 - 3 * ALPHA)) / r
+    shared = 3 * ALPHA + queue / r  # the queue gone: from here an even split
+    t1 = shared + 2 * (left - queue) / r
+    t2 = t1 + (m - (left - queue)) / r
     assert finish[1] == pytest.approx(t1)
     assert finish[2] == pytest.approx(t2)
-    assert finish[0] == pytest.approx(4 * ALPHA)  # released from both steps once matched
+    assert finish[0] == pytest.approx(shared + ALPHA)  # its second matched behind the queue
+    # no queue: an even split from the second's start, the sender released a latency on
+    even = permutation_steps(fabric(nic_send_buffer_bytes=2 * m), dst, nb)
+    assert even[1] == pytest.approx(3 * ALPHA + 2 * left / r)
+    assert even[0] == pytest.approx(4 * ALPHA)
+    # a queue longer than what the first has left: first in, first out
+    fifo = permutation_steps(fab.with_(nic_queue_bytes=10 * m), dst, nb)
+    assert fifo[1] == pytest.approx(3 * ALPHA + left / r)
+    assert fifo[2] == pytest.approx(fifo[1] + m / r)
     # held until its flows end (no buffer): one after the other
     held = permutation_steps(fabric(nic_send_buffer_bytes=0.0), dst, nb)
     assert held[1] == pytest.approx(ALPHA + m / r)
     assert held[0] == held[2] == pytest.approx(held[1] + ALPHA + m / r)
+
+
+def test_the_oldest_flow_keeps_half_of_its_nic():
+    """Three messages from rank 0 to ranks 1, 2, 3 (one rank a node), each posted as the
+    last send returned: while all three send, the first keeps half the NIC."""
+    m = 100_000.0
+    dst = np.array([[1, 0, 2, 3], [2, 1, 0, 3], [3, 1, 2, 0]])  # 0 <-> 1, 2, 3
+    nb = np.zeros((3, 4))
+    nb[:, 0] = m
+    finish = permutation_steps(fabric(nic_send_buffer_bytes=2 * m), dst, nb)
+    r = RATE * 1e3
+    # the first alone from ALPHA to 3 ALPHA, shared evenly with the second until the
+    # third starts at 5 ALPHA, then half of the NIC
+    left = m - 2 * ALPHA * r - ALPHA * r
+    assert finish[1] == pytest.approx(5 * ALPHA + left / (r / 2))
+    assert list(oldest_half_weights(3)) == [1.5, 0.75, 0.75]
+    assert list(oldest_half_weights(1)) == [1.0]
 
 
 def test_a_sender_waits_until_what_is_left_fits_its_buffer():
@@ -86,8 +113,8 @@ def test_bad_schedules_are_refused():
         permutation_steps(fabric(), np.array([[1, 1]]), np.array([[1, 1]]))
     with pytest.raises(ValueError, match="one shape"):
         permutation_steps(fabric(), np.array([[1, 0]]), np.array([[1, 1, 1]]))
-    with pytest.raises(ValueError, match="nic_kept_share"):
-        fabric(nic_kept_share=0.0)
+    with pytest.raises(ValueError, match="nic_queue_bytes"):
+        fabric(nic_queue_bytes=-1.0)
 
 
 @settings(max_examples=200, deadline=None)
@@ -116,12 +143,3 @@ def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
             for cap, m in zip(caps, members, strict=True)
             if i in m
         )
-
-
-def test_age_weights_keep_the_oldest_share():
-    assert age_weights(2, 0.5) == pytest.approx([1.0, 1.0])
-    assert age_weights(2, 0.75) == pytest.approx([1.5, 0.5])
-    w = age_weights(3, 0.6)
-    assert w.sum() == pytest.approx(3) and w[0] / 3 == pytest.approx(0.6)
-    assert w[1] / w[1:].sum() == pytest.approx(0.6)  # the next keeps 0.6 of what is left
-    assert age_weights(2, 1.0)[1] > 0  # first in, first out: the newest waits, not starved

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.benchmarks.nic_overlap import main, report
-from commbench.model.calibrate import in_flight, kept_share
+from commbench.model.calibrate import in_flight, queued_ahead
 from tests.mpirun import run_mpi
 
 
@@ -25,22 +25,26 @@ def test_in_flight_is_the_share_not_yet_arrived() -> None:
     st.floats(1e3, 1e7),  # bytes
     st.floats(1.0, 500.0),  # ms alone
     st.floats(0.0, 0.9),  # release, as a share of the time alone
-    st.floats(0.05, 1.0),  # the share the first message keeps
+    st.floats(0.0, 1.0),  # the share of the bytes left at the release queued ahead
 )
-def test_kept_share_recovers_the_split(nbytes, alone, at, share) -> None:
-    """A message that keeps ``share`` of the NIC from the release on arrives at
-    release + (bytes left) / (share x rate): kept_share reads the share back."""
+def test_queued_ahead_recovers_the_queue(nbytes, alone, at, ahead) -> None:
+    """A message with Q of its L bytes left queued ahead of the second, the rest split
+    evenly, arrives at release + (2 L - Q) / rate: queued_ahead reads Q back."""
     release = at * alone
     rate = nbytes / alone
-    arrival = release + (nbytes - rate * release) / (share * rate)
-    assert kept_share(nbytes, alone, release, arrival) == pytest.approx(share, rel=1e-6)
+    left = nbytes - rate * release
+    arrival = release + (2 * left - ahead * left) / rate
+    assert queued_ahead(nbytes, alone, release, arrival) == pytest.approx(
+        ahead * left, rel=1e-6, abs=1e-6 * nbytes
+    )
 
 
-def test_kept_share_of_a_waiting_second_and_an_even_split() -> None:
-    assert kept_share(1000, 10.0, 2.0, 10.0) == pytest.approx(1.0)  # the second waited
-    assert kept_share(1000, 10.0, 2.0, 18.0) == pytest.approx(0.5)  # even split
+def test_queued_ahead_of_a_waiting_second_and_an_even_split() -> None:
+    assert queued_ahead(1000, 10.0, 2.0, 10.0) == pytest.approx(800)  # the second waited
+    assert queued_ahead(1000, 10.0, 2.0, 18.0) == pytest.approx(0)  # an even split at once
+    assert queued_ahead(1000, 10.0, 2.0, 30.0) == 0  # slower than that: nothing ahead
     with pytest.raises(ValueError):
-        kept_share(1000, 10.0, 5.0, 5.0)
+        queued_ahead(1000, 10.0, 5.0, 5.0)
 
 
 def test_report_line() -> None:
@@ -48,7 +52,7 @@ def test_report_line() -> None:
     overlap = np.array([[5.0, 79.0, 84.0]] * 3)
     line = report(1 << 19, alone, overlap)
     assert line.startswith(" 512K: alone    42.0 ms, send returned at   5.0 with")
-    assert "first    79.0, second    84.0 ms, the first kept 0.50 of the NIC" in line
+    assert "first    79.0, second    84.0 ms, 0 KiB of the first queued ahead of" in line
     early = report(1 << 19, alone, np.array([[5.0, 4.0, 84.0]] * 3))
     assert early.endswith("the first was through before the second started")
 

@@ -138,10 +138,11 @@ class Fabric:
     #: default: a send returns when its flow ends. Spread-out and pairwise all-to-allv
     #: run flow by flow where it is set (:mod:`~commbench.kernels.model.flows`)
     nic_send_buffer_bytes: float = 0.0
-    #: the share of its NIC a flow keeps once its sender has started the next one (the
-    #: older bytes already queued ahead): 0.5, the default, splits the NIC evenly; near 1
-    #: the new flow waits (first in, first out). Used where ``nic_send_buffer_bytes`` is
-    nic_kept_share: float = 0.5
+    #: bytes a new flow finds queued ahead of it on its sender's NIC while older flows of
+    #: that sender still send (at most what they have left): they leave first, then the
+    #: flows share the NIC evenly; 0, the default: an even split at once. Used where
+    #: ``nic_send_buffer_bytes`` is set
+    nic_queue_bytes: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
@@ -157,10 +158,6 @@ class Fabric:
             object.__setattr__(self, "scaleup_peer_GBps", self.scaleup_GBps)
         if not 0 < _number(self, "ll8_share") <= 1:
             raise ValueError(f"fabric: ll8_share must be in (0, 1] (got {self.ll8_share!r})")
-        if not 0 < _number(self, "nic_kept_share") <= 1:
-            raise ValueError(
-                f"fabric: nic_kept_share must be in (0, 1] (got {self.nic_kept_share!r})"
-            )
         for name in ("nic_GBps", "scaleup_GBps", "scaleup_peer_GBps", "reduce_GBps", "fabric_GBps",
                      "exchange_GBps", "put_exchange_GBps"):  # fmt: skip
             v = _number(self, name)
@@ -209,6 +206,7 @@ class Fabric:
             "scaleup_eager_bytes",
             "nic_eager_bytes",
             "nic_send_buffer_bytes",
+            "nic_queue_bytes",
         ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):

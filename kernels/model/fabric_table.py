@@ -57,8 +57,9 @@ class FabricTable(BaseModel):
       ``scaleout_send_buffer_bytes`` (bytes of a message between nodes still on their way
       when the host's send returns: socket and NIC queue, measured by ``commbench
       calibrate``; None: a send returns when its bytes have arrived) and
-      ``scaleout_kept_share`` (the share of its NIC such a message keeps once its sender
-      has started the next one: 0.5 an even split, 1 first in, first out).
+      ``scaleout_queue_bytes`` (what such a message still has queued on its NIC ahead of
+      the next one its sender starts: those bytes leave first, then the two share the NIC
+      evenly).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -91,7 +92,7 @@ class FabricTable(BaseModel):
     scaleup_eager_bytes: float | None = Field(None, ge=0)
     scaleout_eager_bytes: float | None = Field(None, ge=0)
     scaleout_send_buffer_bytes: float | None = Field(None, ge=0)
-    scaleout_kept_share: float | None = Field(None, gt=0, le=1)
+    scaleout_queue_bytes: float | None = Field(None, ge=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -135,8 +136,8 @@ class FabricTable(BaseModel):
             values["nic_eager_bytes"] = self.scaleout_eager_bytes
         if self.scaleout_send_buffer_bytes is not None:
             values["nic_send_buffer_bytes"] = self.scaleout_send_buffer_bytes
-        if self.scaleout_kept_share is not None:
-            values["nic_kept_share"] = self.scaleout_kept_share
+        if self.scaleout_queue_bytes is not None:
+            values["nic_queue_bytes"] = self.scaleout_queue_bytes
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         case = flow_control or self.flow_control

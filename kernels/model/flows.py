@@ -17,12 +17,12 @@ latency after both of its ranks have posted (a rendezvous); a rank leaves the st
 its receive has ended and its send is released: a flow inside a node at its end, one
 between nodes once at most ``nic_send_buffer_bytes`` are left and its first
 ``nic_eager_bytes`` (the fragment the receiver matches) have crossed and been
-acknowledged (one latency). Rates (max-min fair): each NIC and each scale-up port
-serves its flows (each direction on its own) at its rate, where a sender's NIC carries
-flows of several of its steps the older keep ``nic_kept_share`` of it
-(:func:`age_weights`: the older bytes queued ahead), a flow between nodes is capped by
-``exchange_GBps`` while its reverse flows too, one inside a node by
-``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
+acknowledged (one latency). A flow between nodes that starts while its sender's older
+flows still send first waits for the ``nic_queue_bytes`` they have queued on the NIC
+(at most what they have left; first in, first out). Rates (max-min fair): each NIC and
+each scale-up port serves its flows (each direction on its own) at its rate, a flow
+between nodes is capped by ``exchange_GBps`` while its reverse flows too, one inside a
+node by ``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
 (:meth:`Fabric.cap_GBps` at the flows each sending NIC carries and their bytes). Incast
 does not arise: a rank receives one flow at a time.
 """
@@ -55,8 +55,7 @@ def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None
     frozen = np.zeros(n, dtype=bool)
     left = np.asarray(caps, dtype=np.float64).copy()
     while True:
-        open_w = np.where(frozen, 0.0, w)
-        counts = incidence @ open_w
+        counts = incidence @ np.where(frozen, 0.0, w)
         live = (incidence @ ~frozen) > 0
         if not live.any():
             return rate
@@ -70,15 +69,15 @@ def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None
         left -= incidence[:, pick] @ rate[pick]
 
 
-def age_weights(n: int, kept: float) -> np.ndarray:
-    """Weights of ``n`` flows leaving one NIC, oldest first: each keeps ``kept`` of what
-    the older ones leave it, the newest all the rest (``kept`` = 0.5: an even split of
-    two), scaled to sum to ``n`` so that against other NICs' flows (weight 1) they count
-    as ``n`` flows. ``kept`` near 1 makes a NIC first-in first-out."""
-    keep = min(max(float(kept), 1e-6), 1 - 1e-6)
-    shares = keep * (1 - keep) ** np.arange(n)
-    shares[-1] = (1 - keep) ** (n - 1)
-    return shares * n
+def oldest_half_weights(n: int) -> np.ndarray:
+    """Weights of ``n`` flows leaving one NIC, oldest first: the oldest keeps half of
+    it against all the newer together, which share the other half evenly (measured on
+    the emulated cluster: with two, three or four messages sent one after the other the
+    first arrived as late as with two, the others together), summing to ``n`` so that
+    against other NICs' flows (weight 1) they count as ``n`` flows."""
+    if n < 2:
+        return np.ones(n)
+    return np.array([n / 2] + [n / (2 * (n - 1))] * (n - 1))
 
 
 def permutation_steps(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -126,21 +125,31 @@ class _Run:
         fabric, buffer = self.fabric, self.fabric.nic_send_buffer_bytes
         while self.posts or self.flows:
             now = self.now
-            keys = [key for key, f in self.flows.items() if f["start"] <= now]
+            started = [key for key, f in self.flows.items() if f["start"] <= now]
+            for key in started:
+                self._queue_behind(key)
+            keys = [key for key in started if self._through(key)]
             for key in keys:  # the first fragment through: matched, acknowledged later
                 f = self.flows[key]
                 if math.isinf(f["matched"]) and f["size"] - f["left"] >= f["eager"] - _EPS_BYTES:
                     f["matched"] = now + (fabric.nic_us if f["cross"] else 0.0)
             rates = _rates(fabric, [self.flows[key] for key in keys])
+            rate_of = dict(zip(keys, rates, strict=True))
+            queued = {key: self._ahead_rate(key, rate_of) for key in started if key not in rate_of}
             starts = [f["start"] for f in self.flows.values() if f["start"] > now]
             horizon = min([t for t, _ in self.posts[:1]] + starts, default=math.inf)
             for key, rate in zip(keys, rates, strict=True):
                 horizon = min(horizon, now + self._next_change(key, rate, buffer))
+            for key, drain in queued.items():
+                if drain > 0:
+                    horizon = min(horizon, now + self.flows[key]["ahead"] / drain)
             if not math.isfinite(horizon):
                 raise RuntimeError("flow model stalled: a step waits for a flow that never starts")
             for key, rate in zip(keys, rates, strict=True):
                 f = self.flows[key]
                 f["left"] = 0.0 if math.isinf(rate) else f["left"] - rate * (horizon - now)
+            for key, drain in queued.items():
+                self.flows[key]["ahead"] -= drain * (horizon - now)
             self.now = horizon
             while self.posts and self.posts[0][0] <= horizon:
                 self._post(heapq.heappop(self.posts)[1])
@@ -148,6 +157,37 @@ class _Run:
                 if f["start"] <= horizon:
                     self._settle(s, k, f, buffer)
         return self.finish
+
+    def _older(self, key) -> list:
+        """The flows leaving the same NIC as ``key`` from earlier steps."""
+        f = self.flows[key]
+        return [k for k, g in self.flows.items()
+                if g["src"] == f["src"] and g["cross"] and g["step"] < f["step"]]  # fmt: skip
+
+    def _queue_behind(self, key) -> None:
+        """On its start, what a flow between nodes finds queued ahead of it on its
+        sender's NIC: the older flows' next ``nic_queue_bytes`` (at most what they have
+        left), which leave before its first byte."""
+        f = self.flows[key]
+        if f["ahead"] is not None:
+            return
+        f["ahead"] = 0.0
+        if f["cross"] and self.fabric.nic_queue_bytes > 0:
+            left = sum(self.flows[k]["left"] for k in self._older(key))
+            f["ahead"] = min(self.fabric.nic_queue_bytes, left)
+
+    def _through(self, key) -> bool:
+        """Whether nothing is queued ahead of the flow any more (its older flows may end
+        with a rounding's worth of bytes still counted ahead)."""
+        f = self.flows[key]
+        if f["ahead"] > _EPS_BYTES and self._older(key):
+            return False
+        f["ahead"] = 0.0
+        return True
+
+    def _ahead_rate(self, key, rate_of: dict) -> float:
+        """How fast the bytes queued ahead of a waiting flow leave (its older flows' rates)."""
+        return sum(rate_of.get(k, 0.0) for k in self._older(key))
 
     def _next_change(self, key, rate: float, buffer: float) -> float:
         """Time until the flow ``key`` ends, crosses its eager fragment, is matched or
@@ -206,7 +246,8 @@ class _Run:
                 eager = min(self.fabric.nic_eager_bytes, size) if cross else 0.0
                 self.flows[(s, k)] = {"src": s, "dst": d, "left": size, "size": size,
                                       "cross": cross, "start": self.now + alpha,
-                                      "eager": eager, "matched": math.inf, "step": k}  # fmt: skip
+                                      "eager": eager, "matched": math.inf, "step": k,
+                                      "ahead": None}  # fmt: skip
         self._leave_if_done(r)
 
 
@@ -245,7 +286,7 @@ def _rates(fabric: Fabric, running: list[dict]) -> np.ndarray:
     weights = np.ones(n)
     for s in np.unique(src[cross]):
         mine = np.flatnonzero(cross & (src == s))
-        if mine.size > 1:
+        if mine.size > 2:
             order = mine[np.argsort([running[i]["step"] for i in mine], kind="stable")]
-            weights[order] = age_weights(mine.size, fabric.nic_kept_share)
+            weights[order] = oldest_half_weights(mine.size)
     return fair_rates(np.array(caps), members, n, weights)

@@ -167,7 +167,7 @@ def flow_level_speed(ranks: tuple[int, ...] = (16, 32, 64)) -> None:
     TCP; 4 ranks a node, 512 KiB a pair): its Python events grow with the ranks, so it has
     no 1024-GPU goal; printed so that what it costs at a size can be read."""
     fabric = fabric_from_profile("h200").with_(
-        gpus_per_node=4, nic_send_buffer_bytes=1.2e6, nic_kept_share=0.7, nic_eager_bytes=32768
+        gpus_per_node=4, nic_send_buffer_bytes=1.2e6, nic_queue_bytes=250e3, nic_eager_bytes=32768
     )
     for p in ranks:
         d = np.full((p, p), 512 * 1024, dtype=np.int64)

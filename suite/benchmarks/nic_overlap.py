@@ -9,9 +9,10 @@ same code) for the model's flow-level spread-out (docs/cost-model.md), this at s
   the node's buffers, not when they have arrived; ``in flight`` is the share of M still on
   its way then (M x (arrival - release) / arrival).
 * **overlap**: as soon as that ``Send`` returns, rank 0 sends another M bytes to rank
-  G + 1. The first message's arrival against the same message alone, and the share of the
-  NIC the first kept once the second started: its bytes left at the release over the time
-  it then took, at the rate it had alone (1: the second waited; 0.5: an even split).
+  G + 1. The first message's arrival against the same message alone, and how much of the
+  first was queued on the NIC ahead of the second, if those bytes left first and the two
+  then split the NIC evenly (from its bytes left at the release, at the rate it had
+  alone, and the time it then took).
 
 The two modes alternate, ``--repeats`` calls each per round, two rounds; medians.
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
-from commbench.model.calibrate import in_flight, kept_share, send_release
+from commbench.model.calibrate import in_flight, queued_ahead, send_release
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbo"
@@ -42,11 +43,12 @@ def report(nbytes: int, alone: np.ndarray, overlap: np.ndarray) -> str:
     """One line per size from the calls' (release, first, second) rows, ms."""
     a, o = np.median(alone, axis=0), np.median(overlap, axis=0)
     flight = in_flight(nbytes, a[0], a[1])
-    kept = ("the first was through before the second started" if o[1] <= o[0] else
-            f"the first kept {kept_share(nbytes, a[1], o[0], o[1]):.2f} of the NIC")  # fmt: skip
+    split = ("the first was through before the second started" if o[1] <= o[0] else
+            f"{queued_ahead(nbytes, a[1], o[0], o[1]) / 1024:.0f} KiB of the first queued "
+            "ahead of the second")  # fmt: skip
     return (f"{format_size(nbytes):>5s}: alone {a[1]:7.1f} ms, send returned at {a[0]:5.1f} "
             f"with {flight / 1024:.0f} KiB in flight; with a second after it: first "
-            f"{o[1]:7.1f}, second {o[2]:7.1f} ms, {kept}")  # fmt: skip
+            f"{o[1]:7.1f}, second {o[2]:7.1f} ms, {split}")  # fmt: skip
 
 
 def worker(args) -> int:

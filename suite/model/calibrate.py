@@ -65,10 +65,11 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``overlap``
     rank 0 sends 512 KiB to a rank of node 1 and, as soon as that ``Send`` returns,
     another 512 KiB to another rank there (or of node 2), against the first alone
-    (``overlap-alone``, ``overlap-release``: its arrival, and the second's start): the
-    share of the NIC the first kept once the second started, ``scaleout_kept_share``
-    (its bytes left then, at the rate it had alone, over the time it still took; 0.5 an
-    even split, 1 where the second waited).
+    (``overlap-alone``, ``overlap-release``: its arrival, and the second's start): what
+    the first still had queued on the NIC ahead of the second, ``scaleout_queue_bytes``
+    (those bytes leave first, then the two split the NIC evenly: from its bytes left at
+    the release, at the rate it had alone, and the time it then took; 0 where it took
+    an even split's time or more).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
@@ -274,16 +275,17 @@ def in_flight(nbytes: float, release_ms: float, arrival_ms: float) -> float:
     return nbytes * max(arrival_ms - release_ms, 0.0) / arrival_ms
 
 
-def kept_share(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: float) -> float:
-    """Share of its NIC the first message kept after the second started at ``release_ms``:
-    its bytes left then (at the rate it had alone) over what that rate would move in the
-    time it still took."""
+def queued_ahead(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: float) -> float:
+    """Bytes the first message still had queued on its NIC ahead of a second started at
+    ``release_ms``, if those leave first and the two then split the NIC evenly: its
+    bytes left then, L (at the rate r it had alone), took L / r + (L - Q) / r more, so
+    Q = 2 L - r x (arrival - release); within 0..L."""
     rate = nbytes / alone_ms
     left = max(nbytes - rate * release_ms, 0.0)
     took = arrival_ms - release_ms
     if took <= 0:
         raise ValueError(f"arrival {arrival_ms} ms is not after the release {release_ms} ms")
-    return left / (rate * took)
+    return min(max(2 * left - rate * took, 0.0), left)
 
 
 def send_release(comm, nbytes: int, first: int, second: int | None) -> tuple | None:
@@ -974,7 +976,7 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
 
 
 def _send_buffer(points: list[dict], nic_GBps: float) -> tuple[dict, dict] | None:
-    """``scaleout_send_buffer_bytes`` and ``scaleout_kept_share`` with their reasons from
+    """``scaleout_send_buffer_bytes`` and ``scaleout_queue_bytes`` with their reasons from
     the ``release`` and ``overlap`` points (None without a ``release`` point, or where
     less than 1 % of its message was on its way when the send returned)."""
     rel = _one(points, "release")
@@ -994,14 +996,14 @@ def _send_buffer(points: list[dict], nic_GBps: float) -> tuple[dict, dict] | Non
     if alone is not None and start is not None and both is not None:
         ms = [q["time_us"] / 1e3 for q in (alone, start, both)]
         if ms[2] > ms[1]:
-            share = min(kept_share(alone["bytes"], ms[0], ms[1], ms[2]), 1.0)
-            c["scaleout_kept_share"] = share
-            why["scaleout_kept_share"] = (
+            queued = queued_ahead(alone["bytes"], ms[0], ms[1], ms[2])
+            c["scaleout_queue_bytes"] = queued
+            why["scaleout_queue_bytes"] = (
                 f"rank 0 sending {alone['bytes']} B to node 1, alone ({ms[0]:.4g} ms) and "
                 f"with a second to another rank started when the first send returned "
-                f"({ms[1]:.4g} ms): the first arrived at {ms[2]:.4g} ms, keeping "
-                f"{share:.2f} of the NIC (its bytes left at the release, at the rate it had "
-                "alone, over the time it then took)"
+                f"({ms[1]:.4g} ms): the first arrived at {ms[2]:.4g} ms, as if {queued:.0f} B "
+                "of it left ahead of the second and the two then split the NIC evenly (its "
+                "bytes left at the release at the rate it had alone)"
             )
     return c, why
 
