@@ -140,8 +140,8 @@ class Fabric:
     nic_send_buffer_bytes: float = 0.0
     #: bytes a new flow finds queued ahead of it on its sender's NIC while older flows of
     #: that sender still send (at most what they have left): they leave first, then the
-    #: flows share the NIC evenly; 0, the default: an even split at once. Used where
-    #: ``nic_send_buffer_bytes`` is set
+    #: flows share the NIC evenly (with three or more the oldest half); 0, the default:
+    #: an even split at once. Used where ``nic_send_buffer_bytes`` is set
     nic_queue_bytes: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an

@@ -20,7 +20,8 @@ between nodes once at most ``nic_send_buffer_bytes`` are left and its first
 acknowledged (one latency). A flow between nodes that starts while its sender's older
 flows still send first waits for the ``nic_queue_bytes`` they have queued on the NIC
 (at most what they have left; first in, first out). Rates (max-min fair): each NIC and
-each scale-up port serves its flows (each direction on its own) at its rate, a flow
+each scale-up port serves its flows (each direction on its own) at its rate (a NIC
+sending three or more flows gives the oldest half: :func:`oldest_half_weights`), a flow
 between nodes is capped by ``exchange_GBps`` while its reverse flows too, one inside a
 node by ``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
 (:meth:`Fabric.cap_GBps` at the flows each sending NIC carries and their bytes). Incast
