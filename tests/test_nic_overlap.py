@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.benchmarks.nic_overlap import main, report
+from commbench.benchmarks.nic_overlap import main, report, train_report
 from commbench.model.calibrate import in_flight, queued_ahead
 from tests.mpirun import run_mpi
 
@@ -47,6 +47,13 @@ def test_queued_ahead_of_a_waiting_second_and_an_even_split() -> None:
         queued_ahead(1000, 10.0, 5.0, 5.0)
 
 
+def test_train_line() -> None:
+    rows = [([5.0, 28.0, 60.0], [62.0, 130.0, 128.0]), ([5.2, 30.0, 59.0], [63.0, 126.0, 131.0])]
+    line = train_report(1 << 19, rows)
+    assert line == (" 512K x 3: sends returned at 5.1, 29.0, 59.5; "
+                    "arrived at 62.5, 128.0, 129.5 ms")  # fmt: skip
+
+
 def test_report_line() -> None:
     alone = np.array([[5.0, 40.0, 0.0], [5.0, 44.0, 0.0], [5.0, 42.0, 0.0]])
     overlap = np.array([[5.0, 79.0, 84.0]] * 3)
@@ -61,7 +68,8 @@ def test_report_line() -> None:
     "argv, says",
     [
         (["--sizes", "1M,x"], "x"),
-        (["--repeats", "0"], "--repeats at least 1"),
+        (["--repeats", "0"], "--repeats and --train at least 1"),
+        (["--train", "0"], "--repeats and --train at least 1"),
         (["--nic", "fast"], "bad NIC rate 'fast'"),
     ],
 )
@@ -89,9 +97,13 @@ def test_worker_on_four_ranks() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("# rank 0 (node 0) -> ranks 2 and 3 (node 1)")
-    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["64K", "128K"]
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["64K", "128K", "64K x 2", "128K x 2"]
     # shared memory here: the first may be through before the second starts
-    assert all("the first kept" in ln or "was through" in ln for ln in lines[1:])
+    assert all("queued ahead" in ln or "was through" in ln for ln in lines[1:3])
+    # trains of two (two ranks a node): two returns and two arrivals each
+    for ln in lines[3:]:
+        returns, arrivals = ln.split("returned at ")[1].split("; arrived at ")
+        assert len(returns.split(", ")) == 2 and len(arrivals.removesuffix(" ms").split(", ")) == 2
 
 
 def test_worker_refuses_an_odd_rank_count() -> None:

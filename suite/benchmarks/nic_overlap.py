@@ -14,13 +14,21 @@ same code) for the model's flow-level spread-out (docs/cost-model.md), this at s
   then split the NIC evenly (from its bytes left at the release, at the rate it had
   alone, and the time it then took).
 
-The two modes alternate, ``--repeats`` calls each per round, two rounds; medians.
+* **train**: rank 0 sends M to k ranks of node 1 in turn (k = 2 .. ``--train``), each
+  ``Send`` as soon as the last returned: when each send returned and each message
+  arrived, what the model's NIC queue and its oldest-half split stand on
+  (docs/model-validation.md, "What a NIC has queued goes first").
+
+The two modes alternate, ``--repeats`` calls each per round, two rounds; medians; the
+trains after them, ``--repeats`` calls each.
 
     python -m commbench.benchmarks.nic_overlap [--sizes 256K,512K,1M,4M] [--repeats 4]
+        [--train 4]
 
-(root) brings up its own emulated cluster (prefix ``cbo``: 2 nodes of 2 ranks, the
-``target-deep`` queue, ``--nic`` 100mbit) and takes it down. On an allocation of its own:
-``mpiexec -n 2G python -m commbench.benchmarks.nic_overlap --worker`` with G ranks a node.
+(root) brings up its own emulated cluster (prefix ``cbo``: 2 nodes of ``--train`` ranks
+(at least 2), the ``target-deep`` queue, ``--nic`` 100mbit) and takes it down. On an
+allocation of its own: ``mpiexec -n 2G python -m commbench.benchmarks.nic_overlap
+--worker`` with G ranks a node (trains of up to G messages).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
-from commbench.model.calibrate import in_flight, queued_ahead, send_release
+from commbench.model.calibrate import in_flight, queued_ahead, send_release, send_train
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbo"
@@ -49,6 +57,15 @@ def report(nbytes: int, alone: np.ndarray, overlap: np.ndarray) -> str:
     return (f"{format_size(nbytes):>5s}: alone {a[1]:7.1f} ms, send returned at {a[0]:5.1f} "
             f"with {flight / 1024:.0f} KiB in flight; with a second after it: first "
             f"{o[1]:7.1f}, second {o[2]:7.1f} ms, {split}")  # fmt: skip
+
+
+def train_report(nbytes: int, rows: list[tuple]) -> str:
+    """One line per train from its calls' ``(returns, arrivals)``, ms (medians)."""
+    returns = np.median([r[0] for r in rows], axis=0)
+    arrivals = np.median([r[1] for r in rows], axis=0)
+    return (f"{format_size(nbytes):>5s} x {len(returns)}: sends returned at "
+            f"{', '.join(f'{t:.1f}' for t in returns)}; arrived at "
+            f"{', '.join(f'{t:.1f}' for t in arrivals)} ms")  # fmt: skip
 
 
 def worker(args) -> int:
@@ -76,6 +93,13 @@ def worker(args) -> int:
                         rows[mode].append(row)
         if comm.rank == 0:
             print(report(nbytes, np.array(rows["alone"]), np.array(rows["overlap"])), flush=True)
+    for nbytes in args.sizes:
+        for k in range(2, min(args.train, g) + 1):
+            dests = list(range(g, g + k))
+            send_train(comm, nbytes, dests)  # the connections warm
+            trains = [send_train(comm, nbytes, dests) for _ in range(args.repeats)]
+            if comm.rank == 0:
+                print(train_report(nbytes, trains), flush=True)
     return 0
 
 
@@ -86,19 +110,25 @@ def main(argv: list[str] | None = None) -> int:
         "--sizes", default="256K,512K,1M,4M", help="message sizes (256K,512K,1M,4M)"
     )
     parser.add_argument("--repeats", type=int, default=4, help="calls a mode and round (4)")
+    parser.add_argument("--train", type=int, default=4,
+                        help="longest train of messages sent in turn (4; 1: none)")  # fmt: skip
     parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
     parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
-        if min(args.sizes) < 1 or args.repeats < 1:
-            raise UsageError("--sizes must be at least 1 byte each and --repeats at least 1")
-        spec = None if args.worker else owncluster.cluster_spec(PREFIX, 2, 2, args.nic)
+        if min(args.sizes) < 1 or args.repeats < 1 or args.train < 1:
+            raise UsageError(
+                "--sizes must be at least 1 byte each, --repeats and --train at least 1"
+            )
+        rpn = max(2, args.train)
+        spec = None if args.worker else owncluster.cluster_spec(PREFIX, 2, rpn, args.nic)
     except (UsageError, ValueError) as exc:
         parser.error(str(exc))
     if args.worker:
         return worker(args)
-    argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--repeats", str(args.repeats)]
+    argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--repeats", str(args.repeats),
+            "--train", str(args.train)]  # fmt: skip
     return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.nic_overlap", argv)
 
 

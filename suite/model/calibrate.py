@@ -288,32 +288,38 @@ def queued_ahead(nbytes: float, alone_ms: float, release_ms: float, arrival_ms: 
     return min(max(2 * left - rate * took, 0.0), left)
 
 
-def send_release(comm, nbytes: int, first: int, second: int | None) -> tuple | None:
-    """One call, from a barrier: rank 0 sends ``nbytes`` to ``first`` and, when
-    ``second`` is a rank, as soon as that ``Send`` returns another ``nbytes`` to it. On
-    rank 0 ``(release, first's arrival, second's arrival)`` in ms from the barrier
-    (second 0 without one), each rank timing from its own barrier exit; None elsewhere.
+def send_train(comm, nbytes: int, dests: list[int]) -> tuple | None:
+    """One call, from a barrier: rank 0 sends ``nbytes`` to each of ``dests`` in turn,
+    each ``Send`` as soon as the last returned. On rank 0 ``(returns, arrivals)``, lists
+    in ms from the barrier (each rank timing from its own barrier exit); None elsewhere.
     Collective."""
     buf = np.ones(nbytes, np.uint8)
     comm.Barrier()
     t0 = _now()
     arrived = 0.0
-    release = 0.0
+    returns = []
     if comm.rank == 0:
-        comm.Send(buf, dest=first, tag=11)
-        release = _now() - t0
-        if second is not None:
-            comm.Send(buf, dest=second, tag=12)
-    elif comm.rank == first:
-        comm.Recv(buf, source=0, tag=11)
-        arrived = _now() - t0
-    elif comm.rank == second:
-        comm.Recv(buf, source=0, tag=12)
+        for i, d in enumerate(dests):
+            comm.Send(buf, dest=d, tag=11 + i)
+            returns.append((_now() - t0) * 1e3)
+    elif comm.rank in dests:
+        comm.Recv(buf, source=0, tag=11 + dests.index(comm.rank))
         arrived = _now() - t0
     times = comm.gather(arrived, root=0)
     if comm.rank != 0:
         return None
-    return release * 1e3, times[first] * 1e3, (times[second] * 1e3 if second is not None else 0.0)
+    return returns, [times[d] * 1e3 for d in dests]
+
+
+def send_release(comm, nbytes: int, first: int, second: int | None) -> tuple | None:
+    """:func:`send_train` to ``first`` and, when ``second`` is a rank, then to it: on rank
+    0 ``(first's return, first's arrival, second's arrival)`` in ms (second 0 without
+    one); None elsewhere. Collective."""
+    row = send_train(comm, nbytes, [first] if second is None else [first, second])
+    if row is None:
+        return None
+    returns, arrivals = row
+    return returns[0], arrivals[0], (arrivals[1] if second is not None else 0.0)
 
 
 def _release_calls(comm, nbytes: int, first: int, second: int | None, reps: int) -> tuple:
