@@ -20,6 +20,7 @@ from commbench.jobs.profile import load_system, parse_profile
 from commbench.kernels.model import Fabric
 from commbench.kernels.model import allreduce as ar_model
 from commbench.kernels.model import alltoallv as a2a_model
+from commbench.kernels.model import fabric as fab
 from commbench.kernels.model.fabric_table import FABRIC_CONSTANTS, FabricTable
 from commbench.model import calibrate as cal
 from commbench.model.simulate import fabric_from_profile
@@ -480,6 +481,47 @@ def test_the_fabric_cap_binds_a_step_with_many_busy_nics():
         ar_model.ring(1 << 20, 8, one.with_(fabric_GBps=0.03)).time_us
         > ar_model.ring(1 << 20, 8, one).time_us
     )
+
+
+def test_nics_with_fewer_bytes_leave_the_cap_to_the_busier_ones():
+    """Six NICs sending 1052 KiB beside two sending 496 KiB under a cap below the
+    eight's sum (the emulated 4x2 cluster's FAST stage): the two end first, at the cap's
+    eighth, and the six then run at their own rate; all eight ending at the step's bytes
+    over the cap was the model before."""
+    big, small, rate, cap = 1052 * 1024, 496 * 1024, 12.06e3, 83.5e3  # bytes per µs
+    nb = np.array([big] * 6 + [small] * 2, dtype=np.float64)
+    ends = fab.shared_cap_us(nb, nb / rate, cap)
+    first = small / (cap / 8)
+    assert ends[6:] == pytest.approx([first] * 2)
+    assert ends[:6] == pytest.approx([first + (big - small) / rate] * 6)
+    assert ends.max() > nb.sum() / cap  # the busiest end after the step's bytes over the cap
+    # equal NICs end together at the bytes over the cap, as before; no cap: alone
+    even = np.full(8, float(big))
+    assert fab.shared_cap_us(even, even / rate, cap) == pytest.approx([8 * big / cap] * 8)
+    assert fab.shared_cap_us(nb, nb / rate, 8 * rate) == pytest.approx(nb / rate)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 1 << 22), min_size=1, max_size=12),
+    st.lists(st.floats(0.2, 1.0), min_size=12, max_size=12),
+    st.floats(0.05, 1.5),
+)
+def test_shared_cap_is_work_conserving_and_never_faster_than_alone(nbytes, speed, share):
+    """No NIC ends before its time alone; the last ends no earlier than all bytes over the
+    cap, and no later than its time alone after them; at one rate for all, more bytes
+    never end sooner."""
+    nb = np.array(nbytes, dtype=np.float64)
+    own = 10.0 * np.array(speed[: nb.size])  # bytes per µs
+    alone = nb / own
+    cap = share * own.sum()
+    ends = fab.shared_cap_us(nb, alone, cap)
+    assert (ends >= alone * (1 - 1e-9)).all()
+    assert ends.max() >= nb.sum() / cap * (1 - 1e-9)
+    assert ends.max() <= (alone.max() + nb.sum() / cap) * (1 + 1e-9)
+    same = fab.shared_cap_us(nb, nb / 10.0, share * 10.0 * nb.size)
+    order = np.argsort(nb, kind="stable")
+    assert (np.diff(same[order]) >= -1e-9 * same.max()).all()
 
 
 def test_an_exchange_is_capped_where_a_one_way_flow_is_not():

@@ -23,9 +23,14 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   peer, ``scaleup_peer_GBps`` (equal to the port behind NVSwitch; one xGMI link of seven
   on MI300X), so it lasts at least ``bytes / scaleup_peer_GBps``.
 * ``fabric_GBps`` caps the bytes that cross the switch per second, all NICs together
-  (infinite by default: a non-blocking fabric). Where it binds, a step's scale-out flows
-  last at least all of the step's scale-out bytes over it (they share it as they share a
-  port). A measured property: ``commbench calibrate`` streams through every NIC at once
+  (infinite by default: a non-blocking fabric). Where it binds, the step's sending NICs
+  share it equally, none faster than alone (its busiest flow's time), the share of a NIC
+  that has finished going to those still sending (:func:`shared_cap_us`): NICs that all
+  carry the same bytes end together at the step's bytes over the cap, and a step whose
+  NICs carry unequal bytes ends later than that, its busiest NICs running on after the
+  others are done (on the emulated 4x2 cluster, six NICs sending 1052 KiB beside two
+  sending 496 KiB: the two ended after 43 ms, the six after 91-96, where one cap for the
+  step's bytes said 88 for all eight). A measured property: ``commbench calibrate`` streams through every NIC at once
   and keeps the rate when it is below the NICs' sum (on the emulated cluster, 2 shared
   cores carry every packet, so 8 busy NICs reach less than 8 x one). ``fabric_flows``
   refines it by the number of concurrent flows: ``(flows per NIC, GB/s)`` points (every
@@ -341,6 +346,49 @@ def _overflow(fabric: Fabric, received: np.ndarray, senders: np.ndarray) -> np.n
     return share
 
 
+def shared_cap_us(nbytes, alone_us, cap: float) -> np.ndarray:
+    """When each of NICs that start together ends, sharing ``cap`` bytes per µs.
+
+    NIC i sends ``nbytes[i]`` and alone would take ``alone_us[i]`` (its rate
+    ``nbytes / alone_us``). The NICs still sending share the cap equally, a NIC never
+    above its own rate (its unused share going to the others); as one ends, the others'
+    shares grow. Equal NICs end together at ``max(alone, sum(nbytes) / cap)``."""
+    nb = np.asarray(nbytes, dtype=np.float64)
+    alone = np.asarray(alone_us, dtype=np.float64)
+    own = nb / alone
+    if own.sum() <= cap:
+        return alone.copy()
+    ends = np.empty(nb.size)
+    left = nb.copy()
+    live = np.arange(nb.size)
+    now = 0.0
+    while live.size:
+        rate = _equal_shares(own[live], cap)
+        need = left[live] / rate
+        dt = float(need.min())
+        now += dt
+        done = need <= dt * (1 + 1e-9)
+        ends[live[done]] = now
+        left[live] -= rate * dt
+        live = live[~done]
+    return ends
+
+
+def _equal_shares(limits: np.ndarray, total: float) -> np.ndarray:
+    """``total`` split equally, no share above its limit, the excess split among the rest."""
+    order = np.argsort(limits)
+    lim = limits[order]
+    n = lim.size
+    # the level is the first limit that all above it, at that level, would overfill
+    below = np.concatenate(([0.0], np.cumsum(lim)[:-1]))
+    over = below + lim * (n - np.arange(n)) >= total
+    i = int(np.argmax(over)) if over.any() else n - 1
+    level = (total - below[i]) / (n - i)
+    shares = np.empty(n)
+    shares[order] = np.minimum(lim, level)
+    return shares
+
+
 def exchange_time_us(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
     """Per flow: its bytes at ``exchange_GBps`` where the same step also has the reverse
     flow (dst -> src: an exchange with one peer), else 0."""
@@ -366,9 +414,12 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
     if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
         senders = np.unique(src).size
         per_nic = src.size / senders  # concurrent flows per sending NIC
-        duration = np.maximum(
-            duration, fabric.fabric_time_us(nb.sum(), per_nic, nb.sum() / senders)
-        )
+        cap = fabric.cap_GBps(per_nic, nb.sum() / senders) * _BYTES_PER_US
+        nics, at = np.unique(src, return_inverse=True)
+        alone = np.zeros(nics.size)
+        np.maximum.at(alone, at, duration)
+        ends = shared_cap_us(np.bincount(at, nb, nics.size), alone, cap)
+        duration = np.maximum(duration, ends[at])
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
