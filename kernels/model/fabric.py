@@ -28,11 +28,13 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   that has finished going to those still sending (:func:`shared_cap_us`): NICs that all
   carry the same bytes end together at the step's bytes over the cap, and a step whose
   NICs carry unequal bytes ends later than that, its busiest NICs running on after the
-  others are done (on the emulated 4x2 cluster, six NICs sending 1052 KiB beside two
-  sending 496 KiB: the two ended after 43 ms, the six after 91-96, where one cap for the
-  step's bytes said 88 for all eight). A measured property: ``commbench calibrate`` streams through every NIC at once
-  and keeps the rate when it is below the NICs' sum (on the emulated cluster, 2 shared
-  cores carry every packet, so 8 busy NICs reach less than 8 x one). ``fabric_flows``
+  others are done (``python -m commbench.benchmarks.shared_cap`` on the emulated 4x2
+  cluster: six NICs sending 1052 KiB beside two sending 526 KiB, the two ended after 47.5
+  ms and the six's slowest after 95.8; from that run's rate and cap this model says
+  51.1 and 95.7, one cap for the step's bytes 89.4). A measured property: ``commbench
+  calibrate`` streams through every NIC at once and keeps the rate when it is below the
+  NICs' sum (on the emulated cluster, 2 shared cores carry every packet, so 8 busy NICs
+  reach less than 8 x one). ``fabric_flows``
   refines it by the number of concurrent flows: ``(flows per NIC, GB/s)`` points (every
   rank streaming to k remote ranks at once, ``commbench calibrate``'s ``flows`` points);
   a step's cap is the curve at its scale-out flows per sending NIC (interpolated on a log
@@ -412,13 +414,13 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
     if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
-        senders = np.unique(src).size
+        nics, at = np.unique(src, return_inverse=True)  # the sending NICs
+        senders = nics.size
         per_nic = src.size / senders  # concurrent flows per sending NIC
         cap = fabric.cap_GBps(per_nic, nb.sum() / senders) * _BYTES_PER_US
-        nics, at = np.unique(src, return_inverse=True)
-        alone = np.zeros(nics.size)
+        alone = np.zeros(senders)
         np.maximum.at(alone, at, duration)
-        ends = shared_cap_us(np.bincount(at, nb, nics.size), alone, cap)
+        ends = shared_cap_us(np.bincount(at, nb, senders), alone, cap)
         duration = np.maximum(duration, ends[at])
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
