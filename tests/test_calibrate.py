@@ -261,6 +261,12 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
     for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
         assert set(df[df["kind"] == kind]["bytes"]) == {64 << 10, 256 << 10}
+    spread = df[df["kind"].isin(["allnics", "nics", "flows"])]
+    assert list(df[df["kind"] == "nics"]["peers"]) == [2]  # 2 of 4 NICs (4: allnics)
+    assert (spread["median_rank_us"] > 0).all()  # the median rank's time beside the slowest
+    assert (spread["median_rank_us"] <= spread["time_us"] * 1.001).all()
+    assert (spread["passes_median_rank_us"].map(len) == 2).all()
+    assert df[~df.index.isin(spread.index)]["median_rank_us"].isna().all()
     # the profile drives the model and the run (FAST's stage cost, said in the record)
     model = tmp_path / "model.jsonl"
     assert main(["simulate", "alltoallv", "--system", str(out), "--servers", "2", "--size",
@@ -558,6 +564,19 @@ def test_an_exchange_is_capped_where_a_one_way_flow_is_not():
     assert ar_model.recursive_doubling(n, 8, puts).time_us == pytest.approx(
         ar_model.recursive_doubling(n, 8, slow).time_us
     )
+
+
+def test_nics_points_send_from_k_ranks_to_k_others_once_each():
+    for nodes, g in ((2, 4), (4, 2), (8, 1), (3, 2)):
+        p = nodes * g
+        rail = {r: (((r // g + 1) % nodes) * g + r % g, 0) for r in range(p)}
+        assert cal.nic_counts(p) == [k for k in (2, 4, 8, 16) if k < p]
+        for k in cal.nic_counts(p):
+            pairs = cal.nic_pairs(rail, k)
+            sends = {r: to for r, (to, _) in pairs.items() if to is not None}
+            assert sorted(sends) == list(range(k)) and len(set(sends.values())) == k
+            assert all(pairs[to][1] == r for r, to in sends.items())  # each receives its one
+            assert all(to // g != r // g for r, to in sends.items())
 
 
 def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():

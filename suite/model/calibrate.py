@@ -22,6 +22,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank streams ``--bytes`` at once to the rank of the same local index on the
     next node (a rail shift: every NIC sends and receives once, no incast): the rate
     all NICs reach together; ``fabric_GBps`` is the switch-crossing bytes over that time.
+``nics``
+    as ``allnics`` at ``--bytes``, with only the first k ranks sending (k = 2, 4, ...
+    below the rank count; the rest idle or only receiving): how late the slowest of k
+    NICs sending at once ends beside the median one.
 ``flows``
     every rank streams ``--bytes`` at once, split evenly over k ranks of other nodes
     (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
@@ -101,9 +105,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
 
-Each point is the median of ``--reps`` rounds, and the whole list runs ``--passes`` times
+Each point is the median of ``--reps`` rounds of the slowest rank's time; ``allnics``,
+``nics`` and ``flows`` also keep the median rank's (``median_rank_us``: the ranks that take
+part), whose ratio to the slowest is the tail of many NICs sending at once (on the
+emulated 8x1 at 1 MiB the median rank ended with one stream alone, ~88 ms, the slowest of
+2, 4 and 8 NICs after 90-98, 96-100 and 102-108). The whole list runs ``--passes`` times
 (3), seconds apart: a point's time is the median of its passes (each pass's is kept in
-the raw points, ``passes_us``), so one pass disturbed by the machine's load does not set
+the raw points, ``passes_us`` and ``passes_median_rank_us``), so one pass disturbed by the machine's load does not set
 a constant.
 
 Fitting and writing are pure functions (:func:`fit`, :func:`profile_data`,
@@ -176,22 +184,23 @@ def _quiet_barrier(comm, poll_s: float = 2e-4) -> None:
 def median_round(comm, body, reps: int) -> float:
     """Median over ``reps`` rounds of the slowest rank's time for ``body()`` (seconds);
     every round starts from a barrier, and ranks done with a round sleep until the next."""
+    return round_spread(comm, body, reps)[0]
+
+
+def round_spread(comm, body, reps: int, ranks: list[int] | None = None) -> tuple[float, float]:
+    """``(slowest, median rank)``: the median over ``reps`` rounds of the slowest rank's
+    time for ``body()`` and of the median rank's among ``ranks`` (default: all; the
+    ones that take part), rounds as :func:`median_round`. Their ratio is the tail of
+    ranks doing the same at once: what the slowest of them loses beside the others."""
     times = []
     for _ in range(reps):
         _quiet_barrier(comm)
         t0 = _now()
         body()
         times.append(_now() - t0)
-    mine = np.array(times)
-    worst = np.empty_like(mine)
-    comm.Allreduce(mine, worst, op=_max_op())
-    return float(np.median(worst))
-
-
-def _max_op():
-    from mpi4py import MPI
-
-    return MPI.MAX
+    every = np.array(comm.allgather(times))  # ranks x rounds
+    part = every if ranks is None else every[ranks]
+    return float(np.median(every.max(axis=0))), float(np.median(np.median(part, axis=0)))
 
 
 def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
@@ -331,9 +340,10 @@ def _release_calls(comm, nbytes: int, first: int, second: int | None, reps: int)
     return tuple(float(v) for v in comm.bcast(mid, root=0))
 
 
-def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> float:
+def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -> tuple:
     """Every rank sends ``nbytes`` to ``pairs[rank][0]`` and receives from
-    ``pairs[rank][1]`` at once (ranks not in ``pairs`` idle); slowest rank's seconds."""
+    ``pairs[rank][1]`` at once (ranks not in ``pairs`` idle); the slowest and the median
+    rank's seconds (:func:`round_spread`)."""
     send = np.zeros(max(nbytes, 1), dtype=np.uint8)
     recv = np.zeros_like(send)
     peers = pairs.get(comm.rank)
@@ -351,7 +361,7 @@ def _exchange(comm, pairs: dict[int, tuple[int, int]], nbytes: int, reps: int) -
             r.Wait()
 
     body()
-    return median_round(comm, body, reps)
+    return round_spread(comm, body, reps, sorted(pairs))
 
 
 def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
@@ -366,9 +376,10 @@ def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
     return out
 
 
-def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> float:
+def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> tuple:
     """Every rank sends ``nbytes`` split over its k :func:`flow_peers` and receives
-    from the k ranks that send to it, all at once; slowest rank's seconds."""
+    from the k ranks that send to it, all at once; the slowest and the median rank's
+    seconds (:func:`round_spread`)."""
     p, rank = comm.size, comm.rank
     nodes = p // g
     part = max(nbytes // k, 1)
@@ -384,7 +395,7 @@ def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> float:
             r.Wait()
 
     body()
-    return median_round(comm, body, reps)
+    return round_spread(comm, body, reps)
 
 
 def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
@@ -661,6 +672,23 @@ def fabric_sizes(nbytes: int, fabric_bytes: int) -> list[int]:
     return [nbytes] + ([fabric_bytes] if fabric_bytes and fabric_bytes != nbytes else [])
 
 
+def nic_pairs(rail: dict[int, tuple[int, int]], k: int) -> dict[int, tuple]:
+    """Ranks 0..k-1 each sending its ``rail`` shift, the rest idle: ``{rank: (to,
+    from)}`` for :func:`_exchange` (None where a rank only receives or only sends)."""
+    out: dict[int, list] = {}
+    for r in range(k):
+        to = rail[r][0]
+        out.setdefault(r, [None, None])[0] = to
+        out.setdefault(to, [None, None])[1] = r
+    return {r: tuple(v) for r, v in out.items()}
+
+
+def nic_counts(nics: int) -> list[int]:
+    """The sending NICs of the ``nics`` points: 2, 4, ... below ``nics`` (all of them
+    is the ``allnics`` point)."""
+    return [1 << i for i in range(1, max(nics - 1, 1).bit_length())]
+
+
 def flow_counts(remote: int) -> list[int]:
     """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks), and
     ``remote`` itself (k = 1 is the ``allnics`` point)."""
@@ -707,7 +735,11 @@ def combine_passes(passes: list[list[dict]]) -> list[dict]:
     for i, q in enumerate(first):
         times = [pts[i]["time_us"] for pts in passes]
         us = statistics.median(times)
-        points.append({**q, "time_us": us, "GBps": _GBps(q["bytes"], us), "passes_us": times})
+        point = {**q, "time_us": us, "GBps": _GBps(q["bytes"], us), "passes_us": times}
+        if "median_rank_us" in q:
+            medians = [pts[i]["median_rank_us"] for pts in passes]
+            point.update(median_rank_us=statistics.median(medians), passes_median_rank_us=medians)
+        points.append(point)
     return points
 
 
@@ -729,10 +761,15 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     reps, nbytes, ibytes = opts["reps"], opts["bytes"], opts["incast_bytes"]
     points: list[dict] = []
 
-    def add(kind: str, tier: str, peers: int, size: int, seconds: float, n_reps: int) -> None:
-        us = seconds * 1e6
-        points.append(dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
-                           time_us=us, GBps=_GBps(size, us)))  # fmt: skip
+    def add(kind: str, tier: str, peers: int, size: int, seconds, n_reps: int) -> None:
+        """``seconds``: the slowest rank's, or ``(slowest, median rank)``."""
+        slowest, median = seconds if isinstance(seconds, tuple) else (seconds, None)
+        us = slowest * 1e6
+        point = dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
+                     time_us=us, GBps=_GBps(size, us))  # fmt: skip
+        if median is not None:
+            point["median_rank_us"] = median * 1e6
+        points.append(point)
 
     tiers = []
     if g > 1:
@@ -759,12 +796,23 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
                 for r in range(p)}  # fmt: skip
         for size in fabric_sizes(nbytes, opts["fabric_bytes"]):
             add("allnics", "scaleout", p, size, _exchange(comm, rail, size, reps), reps)
+            if size == nbytes:
+                for k in nic_counts(p):
+                    some = nic_pairs(rail, k)
+                    add("nics", "scaleout", k, size, _exchange(comm, some, size, reps), reps)
             for k in flow_counts(p - g):
                 add("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
         pairs = {}
         for a, b in busy_pairs(p, g, "scaleout"):
             pairs[a], pairs[b] = (b, b), (a, a)
-        add("exchange", "scaleout", len(pairs), nbytes, _exchange(comm, pairs, nbytes, reps), reps)
+        add(
+            "exchange",
+            "scaleout",
+            len(pairs),
+            nbytes,
+            _exchange(comm, pairs, nbytes, reps)[0],
+            reps,
+        )
         release, arrival = _release_calls(comm, RELEASE_BYTES, g, None, reps)
         drain = max(arrival - release, 0.0)  # 0: returned on arrival (clocks ~a latency apart)
         add("release", "scaleout", 1, RELEASE_BYTES, drain / 1e3, reps)
