@@ -666,6 +666,102 @@ def test_fit_writes_one_flows_curve_per_measured_size():
     assert cal.fabric_sizes(mib, mib) == cal.fabric_sizes(mib, 0) == [mib]
 
 
+def with_median(pts, rank_median):
+    """``pts`` with the median rank's time on their ``allnics``/``flows`` points: the
+    slowest's data time over ``rank_median[k]`` (k flows; 1 for allnics)."""
+    lat = next(q for q in pts if q["kind"] == "pingpong-all" and q["tier"] == "scaleout")
+    out = []
+    for q in pts:
+        if q["kind"] in ("allnics", "flows"):
+            k = 1 if q["kind"] == "allnics" else q["peers"]
+            slow = q["time_us"] - lat["time_us"]
+            q = {**q, "median_rank_us": lat["time_us"] + slow / rank_median[k]}
+        out.append(q)
+    return out
+
+
+def test_the_tail_is_the_slowest_over_the_median_per_doubling_of_the_nics():
+    """The cap is fitted from the median rank (the NICs' throughput), the tail from the
+    slowest over it: on 4 NICs a slowest 1.21x the median is 1.1x per doubling; a step of
+    all NICs then ends where the slowest did, as with the slowest's cap alone."""
+    pts = points(cap=0.03, flows={2: 0.02})
+    c_old, _ = cal.fit(pts, gpus_per_node=2, nranks=4)
+    assert "fabric_tail" not in c_old  # points without the median rank: the cap as before
+    c, why = cal.fit(with_median(pts, {1: 1.21, 2: 1.44}), gpus_per_node=2, nranks=4)
+    assert c["fabric_tail"] == [
+        [1, pytest.approx(1.1, rel=1e-4)],
+        [2, pytest.approx(1.2, rel=1e-4)],
+    ]
+    assert c["fabric_flows_GBps"][0][1] == pytest.approx(0.03 * 1.21, rel=1e-3)
+    assert "median rank" in why["fabric_GBps"] and "per doubling" in why["fabric_tail"]
+    old = fabric_of(c_old)
+    new = fabric_of(c)
+    assert new.stretch(4, 1) == pytest.approx(1.21, rel=1e-3)
+    assert new.stretch(1, 1) == 1.0 and old.stretch(4, 1) == 1.0
+    assert new.stretch(2, 1.5) == pytest.approx(1.1 + 0.1 * math.log2(1.5))  # log axis of flows
+    mib = 1 << 20
+    rail = np.array([2, 3, 0, 1])
+    for src, nb in (
+        (np.arange(4), np.full(4, mib)),
+        (np.repeat(np.arange(4), 2), np.full(8, mib / 2)),
+    ):
+        dst = rail[src] if nb.size == 4 else np.array([2, 3, 3, 2, 0, 1, 1, 0])
+        assert fab.step_finish(new, np.zeros(4), src, dst, nb).max() == pytest.approx(
+            fab.step_finish(old, np.zeros(4), src, dst, nb).max(), rel=2e-3
+        )
+    # two of the four NICs: the tail of two, where the slowest's cap gave none
+    two = fab.step_finish(new, np.zeros(4), np.array([0, 1]), np.array([2, 3]), np.full(2, mib))
+    alone = fab.step_finish(old, np.zeros(4), np.array([0, 1]), np.array([2, 3]), np.full(2, mib))
+    lat = new.nic_us + new.stage_us
+    assert two.max() - lat == pytest.approx((alone.max() - lat) * 1.1, rel=1e-3)
+    # the all-reduce models read it too: 4 NICs at once, 1.21x
+    ring_new = ar_model.ring(mib, 2, new).time_us
+    assert ring_new > ar_model.ring(mib, 2, new.with_(fabric_tail=())).time_us
+
+
+def fabric_of(constants: dict) -> Fabric:
+    table = FabricTable(scaleup="s", scaleout="n", **{
+        k: v for k, v in constants.items() if k != "incast"})  # fmt: skip
+    return table.per_gpu(2)
+
+
+def test_a_nic_left_sending_alone_runs_at_its_own_rate():
+    """Under a tail the rates of m NICs at once are ``stretch(m)`` slower; a NIC whose
+    peers are done runs on at its own rate."""
+    rate = 10.0
+    nb = np.array([1000.0, 3000.0])
+    ends = fab.shared_cap_us(nb, nb / rate, math.inf, lambda m: 1.25 if m == 2 else 1.0)
+    assert ends[0] == pytest.approx(125.0)  # 1000 B at 8 B/us
+    assert ends[1] == pytest.approx(125.0 + 2000.0 / rate)
+    with pytest.raises(ValueError, match="stretch >= 1"):
+        fabric().with_(fabric_tail=((1, 0.9),))
+
+
+def test_refit_fits_a_profile_again_from_its_raw_points(tmp_path):
+    pts = [{"run": RUN, **q} for q in with_median(points(cap=0.03), {1: 1.21})]
+    c, why = cal.fit(points(cap=0.03), gpus_per_node=2, nranks=4)  # as an older version wrote
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+
+    base = load_toml(load_profile("local-cluster").path)
+    data = cal.profile_data(base, "old", c, why, RUN, 2, "lossless")
+    old = tmp_path / "old.toml"
+    old.write_text(cal.dump_toml(data))
+    cal.points_path(old).write_text("".join(json.dumps(q) + "\n" for q in pts))
+    new = tmp_path / "refit" / "new.toml"
+    new.parent.mkdir()
+    constants = cal.refit_profile(old, new)
+    prof = parse_profile(tomllib.loads(new.read_text()), new)
+    assert prof.fabric.fabric_tail == [[1, pytest.approx(1.1, rel=1e-3)]]
+    assert constants["fabric_tail"] == prof.fabric.fabric_tail
+    assert prof.fabric.sources["fabric_tail"].startswith(f"measured: {RUN}:")
+    assert cal.points_path(new).read_text() == cal.points_path(old).read_text()
+    mixed = pts + [{**pts[0], "run": "another"}]
+    cal.points_path(old).write_text("".join(json.dumps(q) + "\n" for q in mixed))
+    with pytest.raises(cal.UsageError, match="from 2 runs"):
+        cal.refit_profile(old, new)
+
+
 def test_mpi_models_follow_open_mpi_tuned_choices():
     assert a2a_model.ompi_alltoallv_algorithm(8) == "basic_linear"
     assert a2a_model.ompi_alltoallv_algorithm(2) == "pairwise"

@@ -145,6 +145,52 @@ def test_pooled_step_costs_are_the_median_of_the_updates(tmp_path):
     assert len(rows) == len(old) and (rows[rows["kind"] == "stage"]["time_us"] == 560.0).all()
 
 
+def test_refit_fits_a_run_s_profiles_again_and_pools_their_steps_again(tmp_path, capsys):
+    """``--tables --remodel --refit``: each full calibration fitted again from its raw
+    points (here: points with the median rank's time, written by a fit that ignored it),
+    its step profile pooled again over the refitted one; the run's files untouched."""
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+    from commbench.model import calibrate as cal
+    from tests.test_calibrate import points, with_median
+
+    def write(path, data, rows):
+        path.write_text(cal.dump_toml(data))
+        cal.points_path(path).write_text("".join(json.dumps(q) + "\n" for q in rows))
+
+    old = [{"run": "r0", **q} for q in with_median(points(cap=0.03), {1: 1.21})]
+    c, why = cal.fit(points(cap=0.03), gpus_per_node=2, nranks=4)  # without the median
+    data = cal.profile_data(load_toml(load_profile("local-cluster").path),
+                            "profile-2x2-deep", c, why, "r0", 2, "lossless")  # fmt: skip
+    main = tmp_path / "profile-2x2-deep.toml"
+    write(main, data, old)
+    fresh = [q for q in points(stage=900.0) if q["kind"] in cal.STEP_KINDS]
+    new, merged, _ = cal.refresh_steps(data, old, fresh, "r1", "u", 2, 4)
+    write(tmp_path / "profile-2x2-deep-steps-r1-ring.toml", new, merged)
+    write(tmp_path / "profile-2x2-deep-after.toml", data, old)  # not refitted
+    before = main.read_text()
+    row = dict(shape="2x2", queue="deep", collective="allreduce", workload=None,
+               size=1 << 20, impl="ring", measured_us=2e5, model_us=None, algo=None,
+               nwrong=0, profile="profile-2x2-deep-steps.toml")  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    pd.DataFrame([row]).to_json(path, orient="records", lines=True)
+    assert validate.main(["--tables", str(path), "--refit"]) == 2
+    assert "--refit goes with --remodel" in capsys.readouterr().err
+    assert validate.main(["--tables", str(path), "--remodel", "--refit"]) == 0
+    assert "fitted again from their raw points" in capsys.readouterr().out
+    refit = tmp_path / "refit"
+    assert sorted(f.name for f in refit.glob("*.toml")) == [
+        "profile-2x2-deep-steps.toml", "profile-2x2-deep.toml"]  # fmt: skip
+    prof = parse_profile(tomllib.loads((refit / main.name).read_text()), refit / main.name)
+    assert prof.fabric.fabric_tail == [[1, pytest.approx(1.1, rel=1e-3)]]
+    steps = parse_profile(
+        tomllib.loads((refit / row["profile"]).read_text()), refit / row["profile"]
+    )
+    assert steps.fabric.fabric_tail == prof.fabric.fabric_tail
+    assert steps.fabric.stage_cost_us == pytest.approx(900.0)
+    assert main.read_text() == before and not (tmp_path / "profile-2x2-deep-steps.toml").exists()
+
+
 def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, capsys):
     # the default trace is folded to 8 ranks; a 2x2 shape has 4 (no root needed: refused
     # before the preflight)

@@ -155,7 +155,7 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric,
     post, alpha = fabric.msg_us, fabric.nic_us
 
     def wire(paid: float, concurrent: int, exchange: bool = False) -> float:
-        t = max(fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid, nic_bytes=paid))
+        t = float(fabric.wire_time_us(paid, concurrent))
         return float(max(t, fabric.exchange_time_us(paid)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
@@ -208,8 +208,7 @@ def _inter_bcast(s: float, nodes: int, fabric: Fabric,
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
     paid = _paid(fabric, [seg] * nseg, rested)
-    hops = [float(max(fabric.nic_time_us(b), fabric.fabric_time_us((nodes - 1) * b, nic_bytes=s)))
-            for b in paid]  # fmt: skip
+    hops = [float(fabric.wire_time_us(b, nodes - 1, nic_bytes=s)) for b in paid]
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     return "chain", lat, (nodes - 1) * hops[0] + sum(hops[1:]), 0.0
 
@@ -329,9 +328,7 @@ def _link(
     ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``).
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
-    wire = np.maximum(
-        fabric.nic_time_us(paid), fabric.fabric_time_us(concurrent * paid, nic_bytes=paid)
-    )
+    wire = fabric.wire_time_us(paid, concurrent)
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     return post_us + np.where(

@@ -125,6 +125,12 @@ class Fabric:
     #: ``((flows per NIC, GB/s), ...)``: the cap by concurrent flows (empty: ``fabric_GBps``
     #: whatever the flows)
     fabric_flows: tuple = ()
+    #: ``((flows per NIC, stretch, bytes per NIC), ...)`` (or pairs, one curve): how much
+    #: later than the median the slowest of the NICs sending at once ends, per doubling
+    #: of their number (1: no tail; empty: none). Where it is set, the cap is the NICs'
+    #: throughput (the median NIC's) and a step of n NICs runs ``stretch ** log2(n)``
+    #: slower (:meth:`stretch`)
+    fabric_tail: tuple = ()
     #: one direction of an exchange with one peer (both directions of a pair at once), in
     #: GB/s, where it is below a one-way flow's rate (inf: no such limit)
     exchange_GBps: float = math.inf
@@ -173,33 +179,8 @@ class Fabric:
                     f"fabric: {name} must be a positive bandwidth in GB/s (got {v!r}); "
                     "fix the system profile or the command-line override"
                 )
-        flows = tuple(tuple(float(x) for x in point) for point in self.fabric_flows)
-        object.__setattr__(self, "fabric_flows", flows)
-        widths = {len(point) for point in flows}
-        if flows and (
-            len(widths) > 1
-            or widths - {2, 3}
-            or not all(pt[0] >= 1 and 0 < pt[1] < math.inf for pt in flows)
-            or not all(pt[2] > 0 for pt in flows if len(pt) == 3)
-        ):
-            raise ValueError(
-                "fabric: fabric_flows must be (flows per NIC >= 1, GB/s > 0) pairs, or "
-                f"(flows, GB/s, bytes per NIC > 0) triples (got {self.fabric_flows!r})"
-            )
-        curves: dict[float, list[tuple[float, ...]]] = {}
-        for point in flows:  # one curve per size (pairs: one, under 0)
-            curves.setdefault(point[2] if len(point) == 3 else 0.0, []).append(point[:2])
-        for curve in curves.values():
-            if [k for k, _ in curve] != sorted({k for k, _ in curve}):
-                raise ValueError(
-                    "fabric: fabric_flows must be in increasing flow counts, once each (per size)"
-                )
-        # read by cap_GBps at every modelled step: log sizes, and per size log flows, rates
-        object.__setattr__(self, "_flow_caps", tuple(
-            (math.log(size) if size > 0 else 0.0, np.log([k for k, _ in curve]),
-             np.array([r for _, r in curve]))
-            for size, curve in sorted(curves.items())
-        ))  # fmt: skip
+        object.__setattr__(self, "_flow_caps", _curves(self, "fabric_flows", "GB/s > 0", math.inf))
+        object.__setattr__(self, "_tails", _curves(self, "fabric_tail", "stretch >= 1", 1.0))
         for name in (
             "nic_us",
             "scaleup_us",
@@ -249,21 +230,29 @@ class Fabric:
         of the bytes (flat beyond them; the smallest size when ``nic_bytes`` is None)."""
         if not self.fabric_flows:
             return self.fabric_GBps
-        x = math.log(max(flows_per_nic, 1.0))
-        caps = self._flow_caps
-        if len(caps) == 1 or nic_bytes is None:
-            return float(np.interp(x, caps[0][1], caps[0][2]))
-        rates = [float(np.interp(x, ks, rs)) for _, ks, rs in caps]
-        at = np.log(np.maximum(nic_bytes, 1.0))  # an array where the caller has one per flow
-        cap = np.interp(at, [size for size, _, _ in caps], rates)
-        return float(cap) if np.ndim(cap) == 0 else cap
+        return _read(self._flow_caps, flows_per_nic, nic_bytes)
 
-    def fabric_time_us(
-        self, nbytes, flows_per_nic: float = 1.0, nic_bytes=None
-    ) -> np.ndarray | float:
-        """Time for ``nbytes`` through the switch, all NICs together, each sending NIC
-        with ``flows_per_nic`` flows of ``nic_bytes`` in all (0 when uncapped)."""
-        return nbytes / (self.cap_GBps(flows_per_nic, nic_bytes) * _BYTES_PER_US)
+    def stretch(self, nics, flows_per_nic: float = 1.0, nic_bytes=None) -> float | np.ndarray:
+        """How much slower than the NICs' throughput a step ends when ``nics`` NICs send
+        at once, each ``flows_per_nic`` flows of ``nic_bytes`` in all: the slowest of n
+        behind the median, ``fabric_tail`` (read as :meth:`cap_GBps` reads its curves)
+        to the power ``log2(n)`` (the largest of n samples of a light-tailed spread grows
+        with ``log n``; ``commbench calibrate``'s ``nics`` points check that form). 1
+        where there is no tail or one NIC sends."""
+        if not self.fabric_tail:
+            return 1.0 if np.ndim(nics) == 0 else np.ones(np.shape(nics))
+        per_doubling = _read(self._tails, flows_per_nic, nic_bytes)
+        return per_doubling ** np.log2(np.maximum(nics, 1.0))
+
+    def wire_time_us(self, nbytes, concurrent=1, nic_bytes=None) -> np.ndarray | float:
+        """Time for ``nbytes`` from one NIC while ``concurrent`` NICs send as much at once
+        (one flow each, ``nic_bytes`` in all per NIC; default ``nbytes``): its rate or
+        their share of the cap, whichever is slower, stretched by the tail of that many
+        NICs (:meth:`stretch`)."""
+        per_nic = nbytes if nic_bytes is None else nic_bytes
+        cap = self.cap_GBps(1.0, per_nic) * _BYTES_PER_US
+        t = np.maximum(self.nic_time_us(nbytes), concurrent * nbytes / cap)
+        return t * self.stretch(concurrent, 1.0, per_nic)
 
     def exchange_time_us(self, nbytes, rate_GBps: float | None = None) -> np.ndarray | float:
         """Time for ``nbytes`` one way of an exchange with one peer (both ways at once), at
@@ -287,6 +276,52 @@ class Fabric:
     def stage_cost_bytes(self) -> int:
         """The fixed cost of one scale-out stage, in bytes one NIC moves in that time."""
         return stage_cost_bytes(stage_us=self.stage_us, latency_us=self.nic_us, GBps=self.nic_GBps)
+
+
+def _curves(fabric: Fabric, name: str, value: str, top: float) -> tuple:
+    """Validate ``fabric_flows``-shaped points (``(flows per NIC, value)`` pairs or
+    ``(flows, value, bytes per NIC)`` triples, values in ``[lowest, top)``), store them as
+    floats and return them as per-size curves on log axes: ``((log bytes, log flows,
+    values), ...)`` (pairs: one curve, under size 0)."""
+    points = tuple(tuple(float(x) for x in point) for point in getattr(fabric, name))
+    object.__setattr__(fabric, name, points)
+    widths = {len(point) for point in points}
+    ok = (lambda v: 0 < v < top) if math.isinf(top) else (lambda v: top <= v < math.inf)
+    if points and (
+        len(widths) > 1
+        or widths - {2, 3}
+        or not all(pt[0] >= 1 and ok(pt[1]) for pt in points)
+        or not all(pt[2] > 0 for pt in points if len(pt) == 3)
+    ):
+        raise ValueError(
+            f"fabric: {name} must be (flows per NIC >= 1, {value}) pairs, or "
+            f"(flows, {value.split()[0]}, bytes per NIC > 0) triples (got {points!r})"
+        )
+    curves: dict[float, list[tuple[float, ...]]] = {}
+    for point in points:  # one curve per size (pairs: one, under 0)
+        curves.setdefault(point[2] if len(point) == 3 else 0.0, []).append(point[:2])
+    for curve in curves.values():
+        if [k for k, _ in curve] != sorted({k for k, _ in curve}):
+            raise ValueError(
+                f"fabric: {name} must be in increasing flow counts, once each (per size)"
+            )
+    return tuple(
+        (math.log(size) if size > 0 else 0.0, np.log([k for k, _ in curve]),
+         np.array([v for _, v in curve]))
+        for size, curve in sorted(curves.items())
+    )  # fmt: skip
+
+
+def _read(curves: tuple, flows_per_nic, nic_bytes) -> float | np.ndarray:
+    """:func:`_curves`' value at a flow count (log axis, flat beyond its ends) and bytes
+    per NIC (log axis between the sizes, flat beyond; the smallest size when None)."""
+    x = math.log(max(flows_per_nic, 1.0))
+    if len(curves) == 1 or nic_bytes is None:
+        return float(np.interp(x, curves[0][1], curves[0][2]))
+    values = [float(np.interp(x, ks, vs)) for _, ks, vs in curves]
+    at = np.log(np.maximum(nic_bytes, 1.0))  # an array where the caller has one per flow
+    out = np.interp(at, [size for size, _, _ in curves], values)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _number(fabric: Fabric, name: str) -> float:
@@ -348,17 +383,20 @@ def _overflow(fabric: Fabric, received: np.ndarray, senders: np.ndarray) -> np.n
     return share
 
 
-def shared_cap_us(nbytes, alone_us, cap: float) -> np.ndarray:
+def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     """When each of NICs that start together ends, sharing ``cap`` bytes per µs.
 
     NIC i sends ``nbytes[i]`` and alone would take ``alone_us[i]`` (its rate
     ``nbytes / alone_us``). The NICs still sending share the cap equally, a NIC never
     above its own rate (its unused share going to the others); as one ends, the others'
-    shares grow. Equal NICs end together at ``max(alone, sum(nbytes) / cap)``."""
+    shares grow. Equal NICs end together at ``max(alone, sum(nbytes) / cap)``.
+    ``stretch(m)``: how much slower every rate runs while m NICs send (the tail of m
+    NICs at once, :meth:`Fabric.stretch`; None: 1), so a NIC left sending alone runs
+    at its own rate again."""
     nb = np.asarray(nbytes, dtype=np.float64)
     alone = np.asarray(alone_us, dtype=np.float64)
     own = nb / alone
-    if own.sum() <= cap:
+    if own.sum() <= cap and (stretch is None or nb.size < 2):
         return alone.copy()
     ends = np.empty(nb.size)
     left = nb.copy()
@@ -366,6 +404,8 @@ def shared_cap_us(nbytes, alone_us, cap: float) -> np.ndarray:
     now = 0.0
     while live.size:
         rate = _equal_shares(own[live], cap)
+        if stretch is not None:
+            rate = rate / stretch(live.size)
         need = left[live] / rate
         dt = float(need.min())
         now += dt
@@ -413,14 +453,19 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         extra = np.maximum(senders - 1, 0)
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
     duration = np.maximum(t_out[src], t_in[dst])
-    if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
+    if nic and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows or fabric.fabric_tail):
         nics, at = np.unique(src, return_inverse=True)  # the sending NICs
         senders = nics.size
         per_nic = src.size / senders  # concurrent flows per sending NIC
         cap = fabric.cap_GBps(per_nic, nb.sum() / senders) * _BYTES_PER_US
         alone = np.zeros(senders)
         np.maximum.at(alone, at, duration)
-        ends = shared_cap_us(np.bincount(at, nb, senders), alone, cap)
+
+        def stretch(m: int) -> float:
+            return fabric.stretch(m, per_nic, nb.sum() / senders)
+
+        ends = shared_cap_us(np.bincount(at, nb, senders), alone, cap,
+                             stretch if fabric.fabric_tail else None)  # fmt: skip
         duration = np.maximum(duration, ends[at])
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))

@@ -44,7 +44,10 @@ class FabricTable(BaseModel):
       ``fabric_GBps`` (the bytes all NICs together move through the switch per second,
       where that is below their sum: measured by ``commbench calibrate``) and
       ``fabric_flows_GBps`` (``[[flows per NIC, GB/s], ...]``: that rate by the number of
-      concurrent flows each NIC carries, where it changes with them); ``exchange_GBps``
+      concurrent flows each NIC carries, where it changes with them), both the NICs'
+      throughput where ``fabric_tail`` is set (``[[flows per NIC, stretch, bytes], ...]``:
+      how much later the slowest of the NICs sending at once ends than the median one,
+      per doubling of their number, measured by ``commbench calibrate``); ``exchange_GBps``
       (one direction of an exchange with one peer, both directions at once, where that is
       below a one-way flow's rate: measured by ``commbench calibrate``) and
       ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps);
@@ -86,6 +89,7 @@ class FabricTable(BaseModel):
     nccl_ll128: bool | None = None
     fabric_GBps: float | None = Field(None, gt=0)
     fabric_flows_GBps: list[list[float]] | None = None
+    fabric_tail: list[list[float]] | None = None
     exchange_GBps: float | None = Field(None, gt=0)
     put_exchange_GBps: float | None = Field(None, gt=0)
     scaleout_burst_bytes: float | None = Field(None, ge=0)
@@ -140,6 +144,8 @@ class FabricTable(BaseModel):
             values["nic_queue_bytes"] = self.scaleout_queue_bytes
         if self.fabric_flows_GBps is not None:
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
+        if self.fabric_tail is not None:
+            values["fabric_tail"] = tuple(tuple(row) for row in self.fabric_tail)
         case = flow_control or self.flow_control
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)

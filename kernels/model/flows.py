@@ -271,10 +271,10 @@ def _rates(fabric: Fabric, running: list[dict]) -> np.ndarray:
             for port in np.unique(ends[tier]):
                 caps.append(rate * _BYTES_PER_US)
                 members.append(idx[tier & (ends == port)])
+    senders = np.unique(src[cross]).size
+    per_nic = (cross.sum() / senders, size[cross].sum() / senders) if senders else (1.0, None)
     if cross.any() and (math.isfinite(fabric.fabric_GBps) or fabric.fabric_flows):
-        senders = np.unique(src[cross]).size
-        cap = fabric.cap_GBps(cross.sum() / senders, size[cross].sum() / senders)
-        caps.append(float(cap) * _BYTES_PER_US)
+        caps.append(float(fabric.cap_GBps(*per_nic)) * _BYTES_PER_US)
         members.append(idx[cross])
     pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
     for i in range(n):
@@ -290,4 +290,7 @@ def _rates(fabric: Fabric, running: list[dict]) -> np.ndarray:
         if mine.size > 2:
             order = mine[np.argsort([running[i]["step"] for i in mine], kind="stable")]
             weights[order] = oldest_half_weights(mine.size)
-    return fair_rates(np.array(caps), members, n, weights)
+    rates = fair_rates(np.array(caps), members, n, weights)
+    if senders > 1 and fabric.fabric_tail:  # the tail of that many NICs at once
+        rates[cross] /= fabric.stretch(senders, *per_nic)
+    return rates

@@ -44,7 +44,7 @@ from commbench.cluster.plan import ClusterSpec
 from commbench.cluster.profiles import load_emulated_profile
 from commbench.errors import UsageError
 from commbench.harness.workloads import generate
-from commbench.model.calibrate import pool_updates
+from commbench.model.calibrate import pool_updates, refit_profile
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbval"
@@ -354,6 +354,22 @@ def drift_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def refit(folder: Path, into: Path) -> Path:
+    """Every calibrated profile of a run's ``folder`` fitted again from its raw points
+    into ``into`` (:func:`~commbench.model.calibrate.refit_profile`), and each shape's
+    pooled step profile pooled again from its updates over the refitted one; ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    for profile in sorted(folder.glob("profile-*.toml")):
+        tag = profile.stem.removeprefix("profile-")
+        if "-steps" in tag or tag.endswith("-after"):
+            continue
+        refit_profile(profile, into / profile.name)
+        updates = sorted(folder.glob(f"profile-{tag}-steps-r*.toml"))
+        if updates:
+            pool_updates(into / profile.name, updates, into / f"profile-{tag}-steps.toml")
+    return into
+
+
 def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
     """The rows with their model column made again from the run's calibrated profiles
     (``folder/profile-SHAPE-QUEUE.toml``, or the row's ``profile``): the measurements
@@ -426,17 +442,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tables", type=Path, default=None, help="only redraw a rows.jsonl's table")
     p.add_argument("--remodel", action="store_true",
                    help="with --tables: model the points again from the run's profiles")  # fmt: skip
+    p.add_argument("--refit", action="store_true",
+                   help="with --remodel: fit the run's profiles again from their raw points "
+                        "first (into OUT/refit/): a model change's effect on a run's points")  # fmt: skip
     args = p.parse_args(argv)
     if args.tables:
         rows = pd.read_json(args.tables, lines=True).to_dict("records")
+        if args.refit and not args.remodel:
+            print("validate: error: --refit goes with --remodel (it refits the profiles the "
+                  "model column is made from)", file=sys.stderr)  # fmt: skip
+            return 2
         if args.remodel:
-            rows = remodel(rows, args.tables.parent, args.seed)
+            folder = args.tables.parent
+            if args.refit:
+                try:
+                    folder = refit(folder, folder / "refit")
+                except UsageError as exc:
+                    print(f"validate: error: {exc}", file=sys.stderr)
+                    return 2
+            rows = remodel(rows, folder, args.seed)
         saved = args.tables.parent / "header.md"
         header = (
             saved.read_text().strip() if saved.exists() else f"Measured in {args.tables.parent}."
         )
         if args.remodel:
-            header += " The model column was re-run from the run's profiles afterwards."
+            header += " The model column was re-run from the run's profiles afterwards" + (
+                ", fitted again from their raw points." if args.refit else "."
+            )
         text = report(rows, header)
         print(text)
         if args.doc:

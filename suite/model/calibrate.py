@@ -743,6 +743,27 @@ def combine_passes(passes: list[list[dict]]) -> list[dict]:
     return points
 
 
+def _through_us(point: dict) -> float:
+    """A spread point's time for the NICs' throughput: the median rank's where it was
+    kept (the slowest's tail is :func:`fit_tail`'s), else the slowest rank's."""
+    return point.get("median_rank_us") or point["time_us"]
+
+
+def fit_tail(points: list[dict], latency_us: float, nics: int) -> list[list[float]]:
+    """``[[k, stretch per doubling, bytes per rank], ...]`` (``Fabric.fabric_tail``) from
+    ``allnics`` (k = 1) and ``flows`` points with the median rank's time: the slowest
+    rank's data time over the median's is the stretch of ``nics`` NICs at once,
+    ``stretch ** log2(nics)``; none below 1. Empty where no point kept its median."""
+    rows = []
+    for q in points:
+        if not q.get("median_rank_us"):
+            continue
+        ratio = max(q["time_us"] - latency_us, 1e-3) / max(q["median_rank_us"] - latency_us, 1e-3)
+        k = 1 if q["kind"] == "allnics" else q["peers"]
+        rows.append([k, _round(max(ratio, 1.0) ** (1 / math.log2(nics))), q["bytes"]])
+    return sorted(rows, key=lambda row: (row[2], row[0])) if nics > 1 else []
+
+
 def _GBps(nbytes: int, us: float) -> float | None:
     """A point's rate in GB/s; None where it moved no bytes (or took no time)."""
     return nbytes / us / 1e3 if us > 0 and nbytes else None
@@ -916,17 +937,19 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     )
     every = _one(points, "allnics")
     total = every["bytes"] * nranks
-    agg = total / max(every["time_us"] - lat, 1e-3) / 1e3
+    whose = "the median rank's time" if "median_rank_us" in every else "the slowest rank's time"
+    agg = total / max(_through_us(every) - lat, 1e-3) / 1e3
     if agg < nic * nranks * 0.95:
         c["fabric_GBps"] = agg
         why["fabric_GBps"] = (
-            f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once: "
-            f"{agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
+            f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once, "
+            f"{whose}: {agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
         )
+    spread = [q for q in points if q["kind"] in ("allnics", "flows")]
     curve = [  # (k, GB/s, bytes per rank): allnics is k = 1
         (1 if q["kind"] == "allnics" else q["peers"],
-         q["bytes"] * nranks / max(q["time_us"] - lat, 1e-3) / 1e3, q["bytes"])
-        for q in points if q["kind"] in ("allnics", "flows")
+         q["bytes"] * nranks / max(_through_us(q) - lat, 1e-3) / 1e3, q["bytes"])
+        for q in spread
     ]  # fmt: skip
     curve.sort(key=lambda x: (x[2], x[0]))
     sizes = sorted({b for _, _, b in curve})
@@ -943,7 +966,17 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             "k = 1 the allnics point): the bytes of all over each time less one latency"
             + (" (one curve per size: [k, GB/s, bytes per rank])" if len(sizes) > 1 else "")
         )
-    busy = min(nic, agg / nranks)  # one rank's one-way stream with every rank streaming
+    tail = fit_tail(spread, lat, nranks)
+    if tail:
+        c["fabric_tail"] = tail if len(sizes) > 1 else [row[:2] for row in tail]
+        why["fabric_tail"] = (
+            f"the same points: the slowest rank's time over the median rank's (each less "
+            f"one latency), to the power 1 / log2({nranks}): the stretch per doubling of "
+            "the NICs sending at once"
+            + (" ([k, stretch, bytes per rank])" if len(sizes) > 1 else "")
+        )
+    # one rank's one-way stream with every rank streaming (the slowest: as the exchange)
+    busy = min(nic, total / max(every["time_us"] - lat, 1e-3) / 1e3 / nranks)
     for kind, key, ref, than, how in (
         ("exchange", "exchange_GBps", busy, "a one-way stream with every rank streaming "
          "(allnics)", "exchanging {b} B with the rank of their index on node n ^ 1 at once, "
@@ -1207,6 +1240,31 @@ def pool_updates(profile: Path, updates: list[Path], out: Path) -> dict:
         f"Written by commbench's validation: {profile.name} with "
         f"{', '.join(constants)} from the {label}."))  # fmt: skip
     write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in merged))
+    write_atomic(out, text)
+    return constants
+
+
+def refit_profile(profile: Path, out: Path) -> dict:
+    """``profile`` (a full calibration's) fitted again from its raw points by this
+    version's :func:`fit`, written to ``out`` with a copy of the points: what a model
+    change makes of measurements already taken, none measured again. Returns the
+    constants. Pure but for the files."""
+    data = tomllib.loads(profile.read_text())
+    points = read_points(profile)
+    runs = sorted({q["run"] for q in points})
+    if len(runs) != 1:
+        raise UsageError(f"{profile}: its points come from {len(runs)} runs; refit a full "
+                         "calibration's profile (not an --update or a pooled one)")  # fmt: skip
+    g = data["devices"]["gpus_per_node"]
+    nranks = next(q["peers"] for q in points if q["kind"] == "stage")
+    constants, why = fit(points, g, nranks)
+    fabric = data.get("fabric", {})
+    new = profile_data(data, out.stem, constants, why, runs[0], g,
+                       fabric.get("flow_control", "lossless"), fabric.get("scaleout"))  # fmt: skip
+    new["description"] = f"{data.get('description', '')}; refitted from its raw points"
+    text = dump_toml(new, header=f"{profile.name} fitted again from its raw points "
+                                 f"({points_path(profile).name}) by this version's model.")  # fmt: skip
+    write_atomic(points_path(out), points_path(profile).read_text())
     write_atomic(out, text)
     return constants
 
