@@ -566,17 +566,20 @@ def test_an_exchange_is_capped_where_a_one_way_flow_is_not():
     )
 
 
-def test_nics_points_send_from_k_ranks_to_k_others_once_each():
+def test_nics_points_are_cycles_of_k_ranks_across_nodes():
     for nodes, g in ((2, 4), (4, 2), (8, 1), (3, 2)):
         p = nodes * g
-        rail = {r: (((r // g + 1) % nodes) * g + r % g, 0) for r in range(p)}
         assert cal.nic_counts(p) == [k for k in (2, 4, 8, 16) if k < p]
         for k in cal.nic_counts(p):
-            pairs = cal.nic_pairs(rail, k)
-            sends = {r: to for r, (to, _) in pairs.items() if to is not None}
-            assert sorted(sends) == list(range(k)) and len(set(sends.values())) == k
-            assert all(pairs[to][1] == r for r, to in sends.items())  # each receives its one
-            assert all(to // g != r // g for r, to in sends.items())
+            cycle = cal.nic_cycle(p, g, k)
+            if nodes == 3 and k == 4:  # 0 -> 2 -> 4 -> 1 -> 0: the last hop inside node 0
+                assert cycle is None
+                continue
+            assert len(cycle) == k
+            assert sorted(to for to, _ in cycle.values()) == sorted(cycle)  # one in, one out
+            assert all(cycle[to][1] == r for r, (to, _) in cycle.items())
+            assert all(to // g != r // g for r, (to, _) in cycle.items())
+    assert cal.nic_cycle(8, 4, 4) == {0: (4, 5), 4: (1, 0), 1: (5, 4), 5: (0, 1)}
 
 
 def test_flows_points_give_every_rank_k_remote_peers_and_k_senders():

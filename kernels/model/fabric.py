@@ -43,6 +43,15 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   (calibrate measures two): a step reads the curves at its bytes per sending NIC (log
   axis, flat beyond), as the rate of k flows changes with their size (on the emulated
   cluster six flows of 1 MiB in all ran ~10 % slower per byte than of 256 KiB or 4 MiB).
+* ``fabric_tail``: of n NICs sending at once the slowest ends later than the median, and a
+  step ends with its slowest. Stored per doubling of the NICs (``(flows per NIC,
+  stretch[, bytes per NIC])``, read as ``fabric_flows`` is), a step's rates run
+  ``stretch ** log2(m)`` slower while m of its NICs send (:meth:`Fabric.stretch`). Where
+  it is set the cap is the NICs' throughput: ``commbench calibrate`` fits the cap from the
+  median rank's time and the tail from the slowest rank's over it, so a step of every NIC
+  ends where the slowest rank's cap put it, and a step of fewer NICs gets the tail of that
+  many (on the emulated 8x1 at 1 MiB: one stream 87 ms, the median of 2, 4 or 8 NICs
+  88-91, the slowest 90-98, 96-100 and 98-108). Empty by default.
 * ``nic_burst_bytes``: a NIC shaped by a token bucket (the emulated cluster's tc tbf)
   passes that many bytes at once after an idle spell and refills at its rate, so a
   message's first bytes (up to what the bucket holds) cost no wire time: the all-reduce

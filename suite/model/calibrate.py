@@ -23,9 +23,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
     next node (a rail shift: every NIC sends and receives once, no incast): the rate
     all NICs reach together; ``fabric_GBps`` is the switch-crossing bytes over that time.
 ``nics``
-    as ``allnics`` at ``--bytes``, with only the first k ranks sending (k = 2, 4, ...
-    below the rank count; the rest idle or only receiving): how late the slowest of k
-    NICs sending at once ends beside the median one.
+    as ``allnics`` at ``--bytes`` with only k ranks (k = 2, 4, ... below the rank count),
+    each sending to the next of a cycle across nodes and receiving from the one before
+    (:func:`nic_cycle`), the rest idle: how late the slowest of k NICs at once ends
+    beside the median one.
 ``flows``
     every rank streams ``--bytes`` at once, split evenly over k ranks of other nodes
     (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
@@ -672,15 +673,18 @@ def fabric_sizes(nbytes: int, fabric_bytes: int) -> list[int]:
     return [nbytes] + ([fabric_bytes] if fabric_bytes and fabric_bytes != nbytes else [])
 
 
-def nic_pairs(rail: dict[int, tuple[int, int]], k: int) -> dict[int, tuple]:
-    """Ranks 0..k-1 each sending its ``rail`` shift, the rest idle: ``{rank: (to,
-    from)}`` for :func:`_exchange` (None where a rank only receives or only sends)."""
-    out: dict[int, list] = {}
-    for r in range(k):
-        to = rail[r][0]
-        out.setdefault(r, [None, None])[0] = to
-        out.setdefault(to, [None, None])[1] = r
-    return {r: tuple(v) for r, v in out.items()}
+def nic_cycle(nranks: int, g: int, k: int) -> dict[int, tuple[int, int]] | None:
+    """k ranks each sending to the next of a cycle and receiving from the one before, as
+    every rank of ``allnics`` does (one flow out and one in: what a rank of a FAST stage
+    or of a ring's step has): the ranks taken local index by local index, node after
+    node (0, g, 2g, ..., 1, g + 1, ...), so that each hop crosses nodes. ``{rank: (to,
+    from)}`` for :func:`_exchange`; None where some hop would not cross nodes."""
+    nodes = nranks // g
+    order = [n * g + local for local in range(g) for n in range(nodes)][:k]
+    cycle = {r: (order[(i + 1) % k], order[i - 1]) for i, r in enumerate(order)}
+    if k < 2 or any(r // g == to // g for r, (to, _) in cycle.items()):
+        return None
+    return cycle
 
 
 def nic_counts(nics: int) -> list[int]:
@@ -819,8 +823,10 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
             add("allnics", "scaleout", p, size, _exchange(comm, rail, size, reps), reps)
             if size == nbytes:
                 for k in nic_counts(p):
-                    some = nic_pairs(rail, k)
-                    add("nics", "scaleout", k, size, _exchange(comm, some, size, reps), reps)
+                    cycle = nic_cycle(p, g, k)
+                    if cycle is not None:
+                        secs = _exchange(comm, cycle, size, reps)
+                        add("nics", "scaleout", k, size, secs, reps)
             for k in flow_counts(p - g):
                 add("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
         pairs = {}
