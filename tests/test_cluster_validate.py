@@ -189,6 +189,14 @@ def test_refit_fits_a_run_s_profiles_again_and_pools_their_steps_again(tmp_path,
     assert steps.fabric.fabric_tail == prof.fabric.fabric_tail
     assert steps.fabric.stage_cost_us == pytest.approx(900.0)
     assert main.read_text() == before and not (tmp_path / "profile-2x2-deep-steps.toml").exists()
+    # a profile whose raw points are gone: one line, exit 2, the last refit left as it was
+    cal.points_path(main).unlink()
+    kept = (refit / main.name).read_text()
+    assert validate.main(["--tables", str(path), "--remodel", "--refit"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("validate: error: --refit: ") and "raw points" in err
+    assert len(err.strip().splitlines()) == 1 and (refit / main.name).read_text() == kept
+    assert not list(tmp_path.glob(".refit-*"))
 
 
 def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, capsys):

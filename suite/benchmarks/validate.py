@@ -31,8 +31,10 @@ import argparse
 import datetime as _dt
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -358,15 +360,20 @@ def refit(folder: Path, into: Path) -> Path:
     """Every calibrated profile of a run's ``folder`` fitted again from its raw points
     into ``into`` (:func:`~commbench.model.calibrate.refit_profile`), and each shape's
     pooled step profile pooled again from its updates over the refitted one; ``into``."""
-    into.mkdir(parents=True, exist_ok=True)
-    for profile in sorted(folder.glob("profile-*.toml")):
-        tag = profile.stem.removeprefix("profile-")
-        if "-steps" in tag or tag.endswith("-after"):
-            continue
-        refit_profile(profile, into / profile.name)
-        updates = sorted(folder.glob(f"profile-{tag}-steps-r*.toml"))
-        if updates:
-            pool_updates(into / profile.name, updates, into / f"profile-{tag}-steps.toml")
+    work = Path(tempfile.mkdtemp(prefix=".refit-", dir=folder))  # whole, or not at all
+    try:
+        for profile in sorted(folder.glob("profile-*.toml")):
+            tag = profile.stem.removeprefix("profile-")
+            if "-steps" in tag or tag.endswith("-after"):
+                continue
+            refit_profile(profile, work / profile.name)
+            updates = sorted(folder.glob(f"profile-{tag}-steps-r*.toml"))
+            if updates:
+                pool_updates(work / profile.name, updates, work / f"profile-{tag}-steps.toml")
+        shutil.rmtree(into, ignore_errors=True)
+        work.rename(into)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return into
 
 
@@ -457,8 +464,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.refit:
                 try:
                     folder = refit(folder, folder / "refit")
-                except UsageError as exc:
-                    print(f"validate: error: {exc}", file=sys.stderr)
+                except (UsageError, OSError, ValueError) as exc:
+                    print(f"validate: error: --refit: {exc}", file=sys.stderr)
                     return 2
             rows = remodel(rows, folder, args.seed)
         saved = args.tables.parent / "header.md"

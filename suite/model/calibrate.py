@@ -109,10 +109,10 @@ Nothing is taken from the collectives the profile is used to predict. The points
 Each point is the median of ``--reps`` rounds of the slowest rank's time; ``allnics``,
 ``nics`` and ``flows`` also keep the median rank's (``median_rank_us``: the ranks that take
 part), whose ratio to the slowest is the tail of many NICs sending at once (on the
-emulated 8x1 at 1 MiB the median rank ended with one stream alone, ~88 ms, the slowest of
-2, 4 and 8 NICs after 90-98, 96-100 and 102-108). The whole list runs ``--passes`` times
-(3), seconds apart: a point's time is the median of its passes (each pass's is kept in
-the raw points, ``passes_us`` and ``passes_median_rank_us``), so one pass disturbed by the machine's load does not set
+emulated 8x1 at 1 MiB, all 8 NICs: the median rank 89-91 ms, one stream alone 87, the
+slowest 98-108). The whole list runs ``--passes`` times (3), seconds apart: a point's
+time is the median of its passes (each pass's is kept in the raw points, ``passes_us``
+and ``passes_median_rank_us``), so one pass disturbed by the machine's load does not set
 a constant.
 
 Fitting and writing are pure functions (:func:`fit`, :func:`profile_data`,
@@ -1255,9 +1255,13 @@ def refit_profile(profile: Path, out: Path) -> dict:
     version's :func:`fit`, written to ``out`` with a copy of the points: what a model
     change makes of measurements already taken, none measured again. Returns the
     constants. Pure but for the files."""
-    data = tomllib.loads(profile.read_text())
-    points = read_points(profile)
-    runs = sorted({q["run"] for q in points})
+    try:
+        data = tomllib.loads(profile.read_text())
+        points = read_points(profile)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{profile}: cannot refit it ({exc}); give a profile calibrate "
+                         "wrote, with its raw points beside it") from None  # fmt: skip
+    runs = sorted({q.get("run") for q in points})
     if len(runs) != 1:
         raise UsageError(f"{profile}: its points come from {len(runs)} runs; refit a full "
                          "calibration's profile (not an --update or a pooled one)")  # fmt: skip
