@@ -86,8 +86,11 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     assert validate.drift({"msg_us": 1.0, "x": 2.0}, {"msg_us": 3.0}) == {"msg_us": [1.0, 3.0]}
     assert validate.main(["--tables", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "| 2x2 | deep | allreduce | - | 4K | mpi | 20.00 | n/a | n/a | n/a | lat x2.50 |" in text
-    assert "| 4x1 | deep | allreduce | - | 4K | ring | 20.00 | n/a | n/a | n/a | - |" in text
+    assert (
+        "| 2x2 | deep | allreduce | - | 4K | mpi | 20.00 | - | n/a | n/a | n/a | lat x2.50 |"
+        in text
+    )
+    assert "| 4x1 | deep | allreduce | - | 4K | ring | 20.00 | - | n/a | n/a | n/a | - |" in text
     assert "| 2x2 | deep | 100 -> 250 | 500 -> 450 |" in text
     pd.DataFrame(rows[:1]).to_json(path, orient="records", lines=True)
     assert validate.main(["--tables", str(path), "--remodel"]) == 0
@@ -207,3 +210,23 @@ def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("validate: error: trace ") and "run it with 8 ranks" in err
     assert not out.exists()
+
+
+def test_the_table_shows_how_far_apart_a_point_s_launches_are():
+    """No cluster: a point measured in two launches keeps both; the table gives their
+    spread, and says how many points' launches are further apart than the band is wide."""
+    rec = dict(collective="allreduce", workload=None, size_bytes=4096, impl="ring", nwrong=0)
+    measured = [{**rec, "time_us": 1000.0}, {**rec, "time_us": 1500.0},
+                {**rec, "impl": "mpi", "time_us": 800.0}, {**rec, "impl": "mpi", "time_us": 840.0}]  # fmt: skip
+    model = [{**rec, "time_us": 1300.0}, {**rec, "impl": "mpi", "time_us": 820.0}]
+    rows = validate.rows_of("4x2", "deep", measured, model)
+    ring = next(r for r in rows if r["impl"] == "ring")
+    assert ring["launches_us"] == [1000.0, 1500.0] and ring["measured_us"] == 1250.0
+    assert validate.launch_spread(ring["launches_us"]) == 1.5
+    assert validate.launch_spread([900.0]) == validate.launch_spread(None) == 1.0
+    text = validate.table(pd.DataFrame(rows))
+    assert "| 4x2 | deep | allreduce | - | 4K | ring | 1.25 | x1.50 | 1.30 | 1.04 | yes |" in text
+    assert "| 4K | mpi | 0.82 | x1.05 | 0.82 | 1.00 | yes |" in text
+    assert "2 of 2 modelled points within" in text
+    assert "(launch spread above 1.35: no one prediction" in text
+    assert "within the band of each launch): 1 points, 1 of them in band." in text

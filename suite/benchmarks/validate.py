@@ -235,6 +235,7 @@ def rows_of(shape: str, queue: str, measured: list[dict], model: list[dict],
         info = (m or {}).get("info") or {}
         rows.append(dict(shape=shape, queue=queue, collective=key[0], workload=key[1],
                          size=key[2], impl=key[3], measured_us=float(np.median(ts)),
+                         launches_us=ts,
                          model_us=m["time_us"] if m else None, algo=info.get("algo"),
                          profile=profile,
                          nwrong=sum(int(r["nwrong"]) for r in measured if _key(r) == key)))  # fmt: skip
@@ -305,11 +306,12 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
 
 
 def table(df: pd.DataFrame) -> str:
-    """The Markdown table: measured, modelled and their ratio per point."""
+    """The Markdown table: measured (the median of its launches, and their spread),
+    modelled and their ratio per point."""
     lo, hi = BAND
     lines = ["| shape | queue | collective | workload | size | impl | measured ms | "
-             "modelled ms | model/measured | in band | drift |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "launch spread | modelled ms | model/measured | in band | drift |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in df.sort_values(["collective", "shape", "queue", "workload", "size", "impl"],
                             na_position="first").itertuples():  # fmt: skip
         model = r.model_us if r.model_us == r.model_us and r.model_us is not None else None
@@ -319,6 +321,7 @@ def table(df: pd.DataFrame) -> str:
             f"| {r.shape} | {r.queue} | {r.collective} | "
             f"{r.workload if isinstance(r.workload, str) else '-'} | "
             f"{format_size(int(r.size))} | {impl} | {r.measured_us / 1e3:.2f} | "
+            f"{_spread_text(getattr(r, 'launches_us', None))} | "
             + (f"{model / 1e3:.2f} | {ratio:.2f} | {'yes' if lo <= ratio <= hi else 'no'} |"
                if model else "n/a | n/a | n/a |")
             + f" {drift_summary(getattr(r, 'drift', None))} |"
@@ -328,10 +331,36 @@ def table(df: pd.DataFrame) -> str:
     ]
     lines += ["", f"{sum(inside)} of {len(inside)} modelled points within {lo}-{hi} of the "
               "measurement."]  # fmt: skip
+    wide = [
+        lo <= m / t <= hi
+        for m, t, ts in zip(df.model_us, df.measured_us, _column(df, "launches_us"), strict=True)
+        if m == m and m and launch_spread(ts) > hi / lo
+    ]  # fmt: skip
+    if wide:
+        lines[-1] += (
+            f" Launches further apart than the band is wide (launch spread above "
+            f"{hi / lo:.2f}: no one prediction is within the band of each launch): "
+            f"{len(wide)} points, {sum(wide)} of them in band."
+        )
     drifts = drift_table(df)
     if drifts:
         lines += ["", drifts]
     return "\n".join(lines)
+
+
+def launch_spread(launches_us) -> float:
+    """A point's slowest launch over its fastest (1 with one launch or none recorded)."""
+    ts = [t for t in launches_us or [] if t and t > 0] if isinstance(launches_us, list) else []
+    return max(ts) / min(ts) if ts else 1.0
+
+
+def _spread_text(launches_us) -> str:
+    n = len(launches_us) if isinstance(launches_us, list) else 0
+    return f"x{launch_spread(launches_us):.2f}" if n > 1 else "-"
+
+
+def _column(df: pd.DataFrame, name: str) -> list:
+    return list(df[name]) if name in df.columns else [None] * len(df)
 
 
 def drift_table(df: pd.DataFrame) -> str:
@@ -533,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
         f"seed {args.seed}, "
         f"{args.iters} timed calls per launch ({args.ar_iters} for all-reduce; `--timing "
         "latency`, max over ranks), "
-        f"{args.rounds} launch(es) per point, FAST untuned with the profile's stage cost "
+        f"{args.rounds} launch(es) per point (measured: their median; launch spread: the "
+        "slowest over the fastest), FAST untuned with the profile's stage cost "
         "(as the run), its synthesis outside the timed call (`fast`) or inside (`fast+sched`)."
         + (
             " All-reduce is modelled from the shape's profile with a step's fixed costs "
