@@ -342,18 +342,62 @@ def test_a_token_bucket_frees_each_nic_s_first_bytes_and_refills_at_its_rate():
     f = fab(1, nic_GBps=0.0125, nic_us=100.0)
     shaped = f.with_(nic_burst_bytes=15000.0)
     step = STAGE + 100.0
+    rank = np.arange(8)
+
+    def one_call(n: int, fabric) -> float:  # recursive doubling from full buckets
+        steps = [(k, n, n) for k in range(3)]
+        return float(ar._butterfly(fabric, rank, np.zeros(8), steps, fold=(n, n))[0].max())
+
     # three steps of 4 KiB: the full bucket (15 KB, +1312.5 B a step) covers every byte
-    assert ar.recursive_doubling(4096, 8, shaped).time_us == pytest.approx(3 * step)
+    assert one_call(4096, shaped) == pytest.approx(3 * step)
     plain = ar.recursive_doubling(4096, 8, f).time_us
     assert plain == pytest.approx(3 * (step + 4096 / 12.5))
     # 1 MiB: the first step gets the bucket, the next two what refills in their own
     n = 1 << 20
-    saved = ar.recursive_doubling(n, 8, f).time_us - ar.recursive_doubling(n, 8, shaped).time_us
-    assert saved == pytest.approx((15000 + 2 * step * 12.5) / 12.5)
-    # a ring's 14 steps of n/8: the same refill per step
+    assert one_call(n, f) - one_call(n, shaped) == pytest.approx((15000 + 2 * step * 12.5) / 12.5)
+    # a ring's 14 steps of n/8 refill it at every step
     saved = ar.ring(n, 8, f).time_us - ar.ring(n, 8, shaped).time_us
-    assert saved == pytest.approx((15000 + 13 * step * 12.5) / 12.5)
+    assert 13 * step < saved < (15000 + 13 * step * 12.5) / 12.5
     assert ar.ring(4096, 8, shaped).time_us < ar.ring(4096, 8, f).time_us
+
+
+def test_a_timed_loop_s_call_finds_the_buckets_as_the_previous_call_left_them():
+    """The harness runs a call again and again, a barrier between: a NIC sending more per
+    call than refills over the loop's period runs at its rate on average (the period is
+    its bytes over the rate), one sending less finds its bucket as full as after a rest."""
+    f = fab(1, nic_GBps=0.0125, nic_us=100.0)
+    shaped = f.with_(nic_burst_bytes=15000.0)
+    step, barrier = STAGE + 100.0, ar._barrier_us(shaped, 8)
+    assert barrier == pytest.approx(3 * 100.0)  # a latency per round, 3 rounds
+    # 4 KiB: 12 KiB a call; the period (call + barrier) is those bytes at 12.5 B/us
+    looped = ar.recursive_doubling(4096, 8, shaped).time_us
+    assert looped == pytest.approx(3 * 4096 / 12.5 - barrier)
+    assert 3 * step < looped < ar.recursive_doubling(4096, 8, f).time_us
+    # 256 B: 768 B a call refill within the call; the loop is the rested call
+    assert ar.recursive_doubling(256, 8, shaped).time_us == pytest.approx(3 * step)
+    # 1 MiB: a call starts with the barrier's refill, not the whole bucket
+    n = 1 << 20
+    saved = ar.recursive_doubling(n, 8, f).time_us - ar.recursive_doubling(n, 8, shaped).time_us
+    assert saved == pytest.approx(barrier + 3 * step)
+    # no bucket (the shipped profiles): one call is the answer
+    assert ar.ring(n, 8, f).time_us == pytest.approx(
+        ar.ring(n, 8, f.with_(nic_burst_bytes=0.0)).time_us
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 1 << 22), st.sampled_from([2, 4, 8]), st.floats(1000.0, 1e6))
+def test_a_looped_call_is_between_the_rested_call_and_no_bucket(n, nodes, depth):
+    f = fab(1, nic_GBps=0.0125, nic_us=100.0)
+    shaped = f.with_(nic_burst_bytes=depth)
+    rank = np.arange(nodes)
+    steps = [(k, n, n) for k in range(nodes.bit_length() - 1)]
+    rested = float(ar._butterfly(shaped, rank, np.zeros(nodes), steps, fold=(n, n))[0].max())
+    for algo in (ar.recursive_doubling, ar.ring, ar.rabenseifner):
+        looped = algo(n, nodes, shaped).time_us
+        assert looped <= algo(n, nodes, f).time_us * (1 + 1e-9)
+        if algo is ar.recursive_doubling:
+            assert looped >= rested * (1 - 1e-9)
 
 
 def test_nvrar_hierarchical_closed_form():

@@ -51,8 +51,9 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
   median rank's time and the tail from the slowest rank's over it, so a step of every NIC
   ends where the slowest rank's cap put it, and a step of fewer NICs gets the tail of that
   many (on the emulated 8x1 at 1 MiB, all 8 NICs: one stream 87 ms, the median rank
-  89-91, the slowest 98-108). The ``log n`` form is an assumption that calibrate's
-  ``nics`` points are there to check. Empty by default.
+  89-91, the slowest 98-108). The ``log n`` form is within the passes' spread of
+  calibrate's ``nics`` points (k of the NICs in a cycle; cost-model.md, "The tail").
+  Empty by default.
 * ``nic_burst_bytes``: a NIC shaped by a token bucket (the emulated cluster's tc tbf)
   passes that many bytes at once after an idle spell and refills at its rate, so a
   message's first bytes (up to what the bucket holds) cost no wire time: the all-reduce
@@ -247,8 +248,8 @@ class Fabric:
         at once, each ``flows_per_nic`` flows of ``nic_bytes`` in all: the slowest of n
         behind the median, ``fabric_tail`` (read as :meth:`cap_GBps` reads its curves)
         to the power ``log2(n)`` (the largest of n samples of a light-tailed spread grows
-        with ``log n``: assumed; ``commbench calibrate``'s ``nics`` points measure k < P
-        NICs to check it). 1 where there is no tail or one NIC sends."""
+        with ``log n``; ``commbench calibrate``'s ``nics`` points, k < P NICs, are
+        within their passes' spread of it). 1 where there is no tail or one NIC sends."""
         if not self.fabric_tail:
             return 1.0 if np.ndim(nics) == 0 else np.ones(np.shape(nics))
         per_doubling = _read(self._tails, flows_per_nic, nic_bytes)

@@ -1,0 +1,122 @@
+"""Does a timed call find the NICs' token buckets full? A small all-reduce after calls
+that leave them full and after calls like itself.
+
+The emulated NICs are token buckets (tc tbf, ``scaleout_burst_bytes`` deep): after an idle
+spell a message's first bytes pass at once. The harness's latency timing runs the same
+call again and again, a barrier between calls, so a call finds what the previous one
+left plus what refilled since. Here every timed ``MPI_Allreduce`` of ``--size`` bytes
+(float32 sum: the library's own algorithm) follows ``--before`` untimed calls, each
+after a barrier as in the harness: of ``--rest-size`` bytes (too few to drain a bucket,
+so the buckets fill) or of ``--size`` (the timed loop's own state). The two alternate
+call by call; per mode the slowest rank's time, median and quartiles, and their ratio.
+
+    python -m commbench.benchmarks.bucket_state [--nodes 8] [--size 4K] [--before 10] [--calls 40]
+
+(root) brings up its own emulated cluster (prefix ``cbr``, one rank per node, the
+``target-deep`` queue, ``--nic`` 100mbit), runs and takes it down; ``--worker`` runs
+under a launcher already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from commbench.benchmarks import owncluster
+from commbench.errors import UsageError
+from commbench.units import format_size, parse_size
+
+PREFIX = "cbr"
+
+
+def quartiles(times_us: np.ndarray) -> str:
+    lo, mid, hi = np.percentile(times_us, [25, 50, 75])
+    return f"{mid:.0f} us ({lo:.0f}-{hi:.0f})"
+
+
+def report(nbytes: int, rest: int, before: int, rested: np.ndarray, steady: np.ndarray) -> str:
+    """Two lines (per mode, its calls' median and quartiles) and their ratio."""
+    ratio = float(np.median(steady) / np.median(rested))
+    return (
+        f"{format_size(nbytes)} after {before} calls of {format_size(rest)}: "
+        f"{quartiles(rested)}\n"
+        f"{format_size(nbytes)} after {before} calls of {format_size(nbytes)}: "
+        f"{quartiles(steady)}\n"
+        f"ratio (median) {ratio:.2f}"
+    )
+
+
+def timed_calls(comm, nbytes: int, rest: int, before: int, calls: int) -> dict[int, np.ndarray]:
+    """The slowest rank's seconds of each timed call, by the size of the calls before it."""
+    from mpi4py import MPI
+
+    bufs = {s: (np.ones(s // 4, np.float32), np.empty(s // 4, np.float32))
+            for s in (rest, nbytes)}  # fmt: skip
+    for send, recv in bufs.values():  # connections up, buffers touched
+        comm.Allreduce(send, recv)
+    times: dict[int, list[float]] = {rest: [], nbytes: []}
+    for _ in range(calls):
+        for prior in (rest, nbytes):
+            for _ in range(before):
+                comm.Barrier()
+                comm.Allreduce(*bufs[prior])
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            comm.Allreduce(*bufs[nbytes])
+            times[prior].append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+    return {k: np.array(v) for k, v in times.items()}
+
+
+def worker(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        if comm.rank == 0:
+            print("bucket_state: 1 rank; run it on 2 or more", file=sys.stderr)
+        return 2
+    times = timed_calls(comm, args.size, args.rest_size, args.before, args.calls)
+    if comm.rank == 0:
+        print(f"# {comm.size} ranks, {args.calls} timed calls per mode", flush=True)
+        print(report(args.size, args.rest_size, args.before, times[args.rest_size] * 1e6,
+                     times[args.size] * 1e6), flush=True)  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.bucket_state",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser.add_argument("--size", type=parse_size, default=4096, help="timed bytes (4K)")
+    parser.add_argument("--rest-size", type=parse_size, default=64,
+                        help="bytes of the calls that let the buckets fill (64)")  # fmt: skip
+    parser.add_argument("--before", type=int, default=10, help="untimed calls before each (10)")
+    parser.add_argument("--calls", type=int, default=40, help="timed calls per mode (40)")
+    parser.add_argument("--nodes", type=int, default=8, help="emulated nodes, one rank each (8)")
+    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
+    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
+    args = parser.parse_args(argv)
+    if min(args.size, args.rest_size, args.before, args.calls) < 1:
+        parser.error("--size, --rest-size, --before and --calls must be at least 1")
+    if args.size % 4 or args.rest_size % 4:
+        parser.error("--size and --rest-size are float32 buffers: give multiples of 4 bytes")
+    if args.rest_size >= args.size:
+        parser.error(f"--rest-size {args.rest_size} must be below --size {args.size}")
+    if args.worker:
+        return worker(args)
+    try:
+        if args.nodes < 2:
+            raise UsageError(f"--nodes {args.nodes}: give 2 or more")
+        spec = owncluster.cluster_spec(PREFIX, args.nodes, 1, args.nic)
+    except UsageError as exc:
+        parser.error(str(exc))
+    argv = ["--size", str(args.size), "--rest-size", str(args.rest_size),
+            "--before", str(args.before), "--calls", str(args.calls)]  # fmt: skip
+    return owncluster.run_worker_or_say(
+        parser.prog, spec, "commbench.benchmarks.bucket_state", argv
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
