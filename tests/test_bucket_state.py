@@ -22,6 +22,7 @@ def test_the_report_gives_each_mode_and_their_ratio() -> None:
     (["--size", "4K", "--rest-size", "8K"], "--rest-size 8192 must be below --size 4096"),
     (["--size", "4095"], "multiples of 4 bytes"),
     (["--nodes", "1"], "--nodes 1: give 2 or more"),
+    (["--ranks-per-node", "0"], "--ranks-per-node 0: give 1 or more"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
     with pytest.raises(SystemExit) as exc:

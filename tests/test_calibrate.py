@@ -804,29 +804,39 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
     # reduce-scatter + gather sends its halves and receives them and the gather, the two
     # directions of its NIC side by side
     n = 4096
-    _, serial, sent, received = ar_model._inter_reduce(n, 4, f, rested=True)
+    _, serial, sent, received, _ = ar_model._inter_reduce(n, 4, f)
     assert received > sent > 0
-    _, lat, copies, nothing = ar_model._inter_bcast(n, 4, f, rested=True)  # linear: root sends
+    _, lat, copies, nothing, _ = ar_model._inter_bcast(n, 4, f)  # linear: root sends
     assert copies > 0 and nothing == 0
     parts = (ar_model._intra_tree(n, f, reduce=True), serial + received, lat + copies,
              ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
     assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
-    # a token bucket: the first segment finds the leaders' NICs rested (bucket full),
-    # the broadcast's three copies leave back to back, refilling only while each is posted
+    # a token bucket: a broadcast from a full bucket, its three copies back to back,
+    # refilling only while each is posted
     bucket = f.with_(nic_burst_bytes=2.5 * n)
-    _, _, copies, _ = ar_model._inter_bcast(n, 4, bucket, rested=True)
+    _, _, copies, _, left = ar_model._inter_bcast(n, 4, bucket, 2.5 * n)
     refill = 2 * bucket.msg_us * bucket.nic_GBps * 1e3
-    assert copies == pytest.approx(bucket.nic_time_us(3 * n - 2.5 * n - refill))
-    assert ar_model._inter_reduce(n, 4, bucket, rested=True)[3] == 0  # all within the bucket
-    _, _, busy, _ = ar_model._inter_bcast(n, 4, bucket)  # a later segment: bucket empty
+    assert copies == pytest.approx(bucket.nic_time_us(3 * n - 2.5 * n - refill)) and left == 0
+    _, _, _, received, left = ar_model._inter_reduce(n, 4, bucket, 2.5 * n)
+    assert received == 0 and left > 0  # the reduce's halves all within the bucket
+    _, _, busy, _, _ = ar_model._inter_bcast(n, 4, bucket)  # from an empty bucket
     assert busy > copies
     assert ar_model.han(n, 4, bucket).time_us < ar_model.han(n, 4, f).time_us
+    # the timed loop: a call finds the buckets as the previous call's broadcast left
+    # them (empty here), refilled over the last intra-node broadcast and the barrier
+    idle = ar_model._intra_tree(n, bucket, reduce=False) + ar_model._barrier_us(bucket, 4)
+    first = min(2.5 * n, idle * bucket.nic_GBps * 1e3)
+    _, serial, sent, received, left = ar_model._inter_reduce(n, 4, bucket, first)
+    _, lat, copies, _, _ = ar_model._inter_bcast(n, 4, bucket, left)
+    parts = (ar_model._intra_tree(n, bucket, reduce=True), serial + received, lat + copies,
+             ar_model._intra_tree(n, bucket, reduce=False))  # fmt: skip
+    assert ar_model.han(n, 4, bucket).time_us == pytest.approx(bucket.stage_us + sum(parts))
     # many segments: the pipeline costs about one iteration per segment, the inter-node
     # side being the longer here: the reduce's and the broadcast's sends add up on the
     # leader's NIC against the reduce's receives
     seg = ar_model.HAN_SEGMENT_BYTES
-    _, serial, sent, received = ar_model._inter_reduce(seg, 4, f)
-    _, lat, copies, _ = ar_model._inter_bcast(seg, 4, f)
+    _, serial, sent, received, _ = ar_model._inter_reduce(seg, 4, f)
+    _, lat, copies, _, _ = ar_model._inter_bcast(seg, 4, f)
     per_seg = max(serial, lat) + max(sent + copies, received)
     t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))
     assert t128 - t64 == pytest.approx(64 * per_seg, rel=0.05)

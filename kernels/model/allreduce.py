@@ -122,31 +122,30 @@ def _ceil_log2(m: int) -> int:
 
 
 def _paid(
-    fabric: Fabric, sizes: list[float], rested: bool, back_to_back: bool = False
-) -> list[float]:
+    fabric: Fabric, sizes: list[float], tokens: float, back_to_back: bool = False
+) -> tuple[list[float], float]:
     """Bytes of each of one NIC's messages in a HAN sub-collective, in order, that pay
-    the NIC's rate; its token bucket passes the rest at once. Rested (a call's first
-    segment: nothing left the leaders' NICs since the previous call's broadcast and the
-    harness's barrier) the bucket starts full, as in the other all-reduce models;
-    otherwise (HAN's pipeline keeps the leaders' NICs busy) it starts empty. Between
+    the NIC's rate (its token bucket passes the rest at once), and the tokens left.
+    The bucket holds ``tokens`` at the first message (:func:`han`: a call's first
+    segment finds what the previous call left, refilled through the barrier; HAN's
+    pipeline keeps the leaders' NICs busy, so later segments find it empty). Between
     messages it refills while the next is posted (``back_to_back``: a linear broadcast's
     copies) or posted and its latency runs (a step after a step)."""
-    tokens = float(fabric.nic_burst_bytes) if rested else 0.0
     gap = fabric.msg_us + (0.0 if back_to_back else fabric.nic_us)
     paid = []
     for b in sizes:
         free, tokens = fabric.drain_bucket(tokens, gap, b)
         paid.append(b - float(free))
-    return paid
+    return paid, float(tokens)
 
 
 def _inter_reduce(s: float, nodes: int, fabric: Fabric,
-                  rested: bool = False) -> tuple[str, float, float, float]:  # fmt: skip
+                  tokens: float = 0.0) -> tuple[str, float, float, float, float]:  # fmt: skip
     """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
-    level): ``(algorithm, serial part, sent, received)`` of the root's path: its
-    latencies and reductions, and the wire time of what its NIC sends and receives (the
-    two directions of a NIC run side by side). Every leader's NIC sends the same
-    sequence as the root's partners (``rested``: see :func:`_paid`).
+    level): ``(algorithm, serial part, sent, received, tokens left)`` of the root's path:
+    its latencies and reductions, and the wire time of what its NIC sends and receives
+    (the two directions of a NIC run side by side). Every leader's NIC sends the same
+    sequence as the root's partners, from ``tokens`` in its bucket (:func:`_paid`).
 
     libnbc's choice (``nbc_ireduce.c``, commutative op): reduce-scatter + gather when
     nodes > 2 and the count reaches half the next power of two; else binomial when
@@ -164,53 +163,53 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric,
         serial = sent = received = 0.0
         if p2 < nodes:  # extra leaders fold in first
             serial += post + alpha + float(fabric.reduce_time_us(s))
-            received += wire(_paid(fabric, [s], rested)[0], nodes - p2)
+            received += wire(_paid(fabric, [s], tokens)[0][0], nodes - p2)
         k = _log2_floor(p2)
         halves = [s / 2 ** (i + 1) for i in range(k)]
-        paid = _paid(fabric, halves, rested)
+        paid, left = _paid(fabric, halves, tokens)
         for i, half in enumerate(halves):  # recursive halving, then the binomial gather back
             serial += 2 * (post + alpha) + float(fabric.reduce_time_us(half))
             sent += wire(paid[i], p2, exchange=True)
             # the gather's piece comes from a leader that sent its halves before it
-            piece = _paid(fabric, [*halves, half], rested)[-1]
+            piece = _paid(fabric, [*halves, half], tokens)[0][-1]
             received += wire(paid[i], p2, exchange=True) + wire(piece, p2)
-        return "reduce-scatter+gather", serial, sent, received
+        return "reduce-scatter+gather", serial, sent, received, left
     if nodes > 4 or s < 65536:
         steps = _ceil_log2(nodes)
         serial = steps * (post + alpha + float(fabric.reduce_time_us(s)))
-        paid = _paid(fabric, [s], rested)[0]  # each leader sends once
-        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2)
+        (paid,), left = _paid(fabric, [s], tokens)  # each leader sends once
+        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2), left
     seg = min(8192.0, s)
     nseg = max(1, math.ceil(s / seg))
-    paid = _paid(fabric, [seg] * nseg, rested)
+    paid, left = _paid(fabric, [seg] * nseg, tokens)
     hops = [wire(b, nodes - 1) + float(fabric.reduce_time_us(seg)) for b in paid]
     serial = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     # the first segment crosses every hop, the others follow it one hop apart
-    return "chain", serial, 0.0, (nodes - 1) * hops[0] + sum(hops[1:])
+    return "chain", serial, 0.0, (nodes - 1) * hops[0] + sum(hops[1:]), left
 
 
 def _inter_bcast(s: float, nodes: int, fabric: Fabric,
-                 rested: bool = False) -> tuple[str, float, float, float]:  # fmt: skip
+                 tokens: float = 0.0) -> tuple[str, float, float, float, float]:  # fmt: skip
     """libnbc's ``MPI_Ibcast`` of s bytes from leader 0 (``nbc_ibcast.c``): linear up
     to 4 leaders, binomial under 64 KiB, else a chain of 8 KiB (32 KiB from 512 KiB)
-    segments. Returns ``(algorithm, latency part, sent, received)`` of the root (which
-    only sends; ``rested``: see :func:`_paid`)."""
+    segments. Returns ``(algorithm, latency part, sent, received, tokens left)`` of the
+    root (which only sends; ``tokens``: its bucket at the start, :func:`_paid`)."""
     post, alpha = fabric.msg_us, fabric.nic_us
     if nodes <= 4:  # the root's NIC carries every copy
         lat = (nodes - 1) * post + alpha
-        copies = _paid(fabric, [s] * (nodes - 1), rested, back_to_back=True)
+        copies, left = _paid(fabric, [s] * (nodes - 1), tokens, back_to_back=True)
         sent = float(fabric.nic_time_us(sum(copies)))
-        return "linear", lat, sent, 0.0
+        return "linear", lat, sent, 0.0, left
     if s < 65536:
         steps = _ceil_log2(nodes)
-        paid = sum(_paid(fabric, [s] * steps, rested))  # the root sends at every step
-        return "binomial", steps * (post + alpha), float(fabric.nic_time_us(paid)), 0.0
+        paid, left = _paid(fabric, [s] * steps, tokens)  # the root sends at every step
+        return "binomial", steps * (post + alpha), float(fabric.nic_time_us(sum(paid))), 0.0, left
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
-    paid = _paid(fabric, [seg] * nseg, rested)
+    paid, left = _paid(fabric, [seg] * nseg, tokens)
     hops = [float(fabric.wire_time_us(b, nodes - 1, nic_bytes=s)) for b in paid]
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
-    return "chain", lat, (nodes - 1) * hops[0] + sum(hops[1:]), 0.0
+    return "chain", lat, (nodes - 1) * hops[0] + sum(hops[1:]), 0.0, left
 
 
 def _intra_tree(s: float, fabric: Fabric, reduce: bool) -> float:
@@ -238,7 +237,8 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     overlap; on the leader's NIC what they send adds up, what they receive adds up, and
     the two directions run side by side). An iteration lasts the longer of the two
     sides; there are segments + 3 iterations. A leader's NIC meets the first segment
-    with its token bucket full and the later ones with it empty (:func:`_paid`).
+    with its token bucket as the timed loop's previous call left it and the later ones
+    with it empty (:func:`_paid`).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -248,33 +248,53 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     seg[-1] = n - (m - 1) * seg[0]
     memo: dict = {}
 
-    def cost(kind: str, i: int) -> tuple:
-        s, rested = float(seg[i]), i == 0  # the first segment finds the NICs rested
-        key = (kind, s, rested)
+    def cost(kind: str, i: int, first: float) -> tuple:
+        """A sub-collective of segment i; ``first``: the leaders' bucket at the call's
+        start. The first segment's reduce starts from it, its broadcast from what the
+        reduce left; later segments find the buckets empty."""
+        s = float(seg[i])
+        tokens = 0.0
+        if i == 0 and kind == "ur":
+            tokens = first
+        elif i == 0 and kind == "ub":
+            tokens = cost("ur", 0, first)[4]
+        key = (kind, s, tokens)
         if key not in memo:
             if kind == "lr":
-                memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0, 0.0)
+                memo[key] = ("", _intra_tree(s, fabric, reduce=True), 0.0, 0.0, 0.0)
             elif kind == "lb":
-                memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0)
+                memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0, 0.0)
             elif kind == "ur":
-                memo[key] = _inter_reduce(s, nodes, fabric, rested)
+                memo[key] = _inter_reduce(s, nodes, fabric, tokens)
             else:
-                memo[key] = _inter_bcast(s, nodes, fabric, rested)
+                memo[key] = _inter_bcast(s, nodes, fabric, tokens)
         return memo[key]
 
     def at(i: int) -> bool:
         return 0 <= i < m
 
-    total = 0.0
-    for it in range(m + 3):
-        intra = sum(cost(k, i)[1] for k, i in (("lr", it), ("lb", it - 3)) if at(i))
-        inter = [cost(k, i) for k, i in (("ur", it - 1), ("ub", it - 2)) if at(i)]
-        inter_us = max((c[1] for c in inter), default=0.0) + max(
-            sum(c[2] for c in inter), sum(c[3] for c in inter)
-        )
-        total += max(intra, inter_us)
-    ur_alg = cost("ur", 0)[0]
-    ub_alg = cost("ub", 0)[0]
+    def one_call(first: float) -> tuple[float, float]:
+        """The call's time and the tokens the last broadcast left."""
+        total = 0.0
+        for it in range(m + 3):
+            intra = sum(cost(k, i, first)[1] for k, i in (("lr", it), ("lb", it - 3)) if at(i))
+            inter = [cost(k, i, first) for k, i in (("ur", it - 1), ("ub", it - 2)) if at(i)]
+            inter_us = max((c[1] for c in inter), default=0.0) + max(
+                sum(c[2] for c in inter), sum(c[3] for c in inter)
+            )
+            total += max(intra, inter_us)
+        return total, cost("ub", m - 1, first)[4]
+
+    # a call of the timed loop: the leaders' buckets as the previous call left them,
+    # refilled over its last intra-node broadcast and the barrier (:func:`_repeated`)
+    depth = float(fabric.nic_burst_bytes)
+    total, left = one_call(depth)
+    if depth > 0:
+        idle = cost("lb", m - 1, depth)[1] + _barrier_us(fabric, nodes)
+        for _ in range(_WARM_CALLS):
+            total, left = one_call(float(fabric.drain_bucket(left, idle, 0.0)[1]))
+    ur_alg = cost("ur", 0, depth)[0]
+    ub_alg = cost("ub", 0, depth)[0]
     info = {
         "algo": f"han({ur_alg}, {ub_alg} bcast)",
         "han_segments": m,

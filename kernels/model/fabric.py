@@ -57,9 +57,11 @@ Times are in µs, bandwidths in GB/s (1e9 bytes per second, so ``bytes / (GBps *
 * ``nic_burst_bytes``: a NIC shaped by a token bucket (the emulated cluster's tc tbf)
   passes that many bytes at once after an idle spell and refills at its rate, so a
   message's first bytes (up to what the bucket holds) cost no wire time: the all-reduce
-  models keep each NIC's bucket from step to step (full when a call starts, after the
-  harness's barrier). Messages of a few KiB, which such a NIC would charge a rate time
-  far above their latency, then cost their latency, as measured. The all-to-allv steps
+  models keep each NIC's bucket from step to step, and a call finds it as the timed
+  loop's previous call left it, refilled through the barrier between them (HAN: full
+  for its first segment). Messages of a few KiB, which such a NIC would charge a rate
+  time far above their latency, then cost their latency while the loop's bytes per
+  call refill in time, as measured. The all-to-allv steps
   do not use it (their flows are 128 KiB and more at the sizes validated). 0 by default.
 * ``scaleup_eager_bytes`` / ``nic_eager_bytes``: a host-driven rank's send of at most
   this many bytes completes without its receiver (the MPI library's eager protocol), so

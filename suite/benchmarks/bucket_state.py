@@ -10,11 +10,13 @@ after a barrier as in the harness: of ``--rest-size`` bytes (too few to drain a 
 so the buckets fill) or of ``--size`` (the timed loop's own state). The two alternate
 call by call; per mode the slowest rank's time, median and quartiles, and their ratio.
 
-    python -m commbench.benchmarks.bucket_state [--nodes 8] [--size 4K] [--before 10] [--calls 40]
+    python -m commbench.benchmarks.bucket_state [--nodes 8] [--ranks-per-node 1] [--size 4K]
+        [--before 10] [--calls 40]
 
-(root) brings up its own emulated cluster (prefix ``cbr``, one rank per node, the
-``target-deep`` queue, ``--nic`` 100mbit), runs and takes it down; ``--worker`` runs
-under a launcher already.
+(root) brings up its own emulated cluster (prefix ``cbr``, ``--ranks-per-node`` ranks
+on each node, each with its NIC; the ``target-deep`` queue, ``--nic`` 100mbit), runs
+and takes it down; ``--worker`` runs under a launcher already. With several ranks per
+node Open MPI's all-reduce is HAN.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="bytes of the calls that let the buckets fill (64)")  # fmt: skip
     parser.add_argument("--before", type=int, default=10, help="untimed calls before each (10)")
     parser.add_argument("--calls", type=int, default=40, help="timed calls per mode (40)")
-    parser.add_argument("--nodes", type=int, default=8, help="emulated nodes, one rank each (8)")
+    parser.add_argument("--nodes", type=int, default=8, help="emulated nodes (8)")
+    parser.add_argument("--ranks-per-node", type=int, default=1, help="ranks per node (1)")
     parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
     parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
@@ -108,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.nodes < 2:
             raise UsageError(f"--nodes {args.nodes}: give 2 or more")
-        spec = owncluster.cluster_spec(PREFIX, args.nodes, 1, args.nic)
+        if args.ranks_per_node < 1:
+            raise UsageError(f"--ranks-per-node {args.ranks_per_node}: give 1 or more")
+        spec = owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic)
     except UsageError as exc:
         parser.error(str(exc))
     argv = ["--size", str(args.size), "--rest-size", str(args.rest_size),

@@ -1,7 +1,8 @@
 """A probe benchmark on an emulated cluster of its own: up, run its worker, down.
 
 For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
-:mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`): the
+:mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`,
+:mod:`~commbench.benchmarks.bucket_state`): the
 ``target-deep`` queue, a NIC rate given in the usual form, the cluster removed however the
 run ends.
 """
