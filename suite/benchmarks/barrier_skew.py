@@ -23,7 +23,6 @@ process's own start (offsets of ~200 ms between the emulated nodes).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -112,14 +111,11 @@ def worker(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.barrier_skew",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = owncluster.probe_parser("barrier_skew", __doc__)
     parser.add_argument("--size", type=parse_size, default=256, help="bytes each way (256)")
     parser.add_argument("--calls", type=int, default=40, help="timed calls per round (40)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     parser.add_argument("--nodes", type=int, default=8, help="emulated nodes, one rank each (8)")
-    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
-    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1 or args.size < 1:
         parser.error("--size, --calls and --rounds must be at least 1")

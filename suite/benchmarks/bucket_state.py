@@ -21,7 +21,6 @@ node Open MPI's all-reduce is HAN.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -88,8 +87,7 @@ def worker(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.bucket_state",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = owncluster.probe_parser("bucket_state", __doc__)
     parser.add_argument("--size", type=parse_size, default=4096, help="timed bytes (4K)")
     parser.add_argument("--rest-size", type=parse_size, default=64,
                         help="bytes of the calls that let the buckets fill (64)")  # fmt: skip
@@ -97,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=40, help="timed calls per mode (40)")
     parser.add_argument("--nodes", type=int, default=8, help="emulated nodes (8)")
     parser.add_argument("--ranks-per-node", type=int, default=1, help="ranks per node (1)")
-    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
-    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     if min(args.size, args.rest_size, args.before, args.calls) < 1:
         parser.error("--size, --rest-size, --before and --calls must be at least 1")

@@ -28,7 +28,6 @@ different nodes).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -140,8 +139,7 @@ def cluster_spec(nodes: int, nic: str) -> ClusterSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.exchange_order",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = owncluster.probe_parser("exchange_order", __doc__)
     parser.add_argument("--size", type=parse_size, default=1 << 20, help="bytes each way (1M)")
     parser.add_argument("--calls", type=int, default=5, help="calls per order and round (5)")
     parser.add_argument("--rounds", type=int, default=2, help="times the orders alternate (2)")
@@ -149,8 +147,6 @@ def main(argv: list[str] | None = None) -> int:
         "--gap", type=float, default=5.0, help="pairs posted this many ms apart (5)"
     )
     parser.add_argument("--nodes", type=int, default=8, help="emulated nodes, one rank each (8)")
-    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
-    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")

@@ -33,7 +33,6 @@ allocation of its own: ``mpiexec -n 2G python -m commbench.benchmarks.nic_overla
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -104,16 +103,13 @@ def worker(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.nic_overlap",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = owncluster.probe_parser("nic_overlap", __doc__)
     parser.add_argument(
         "--sizes", default="256K,512K,1M,4M", help="message sizes (256K,512K,1M,4M)"
     )
     parser.add_argument("--repeats", type=int, default=4, help="calls a mode and round (4)")
     parser.add_argument("--train", type=int, default=4,
                         help="longest train of messages sent in turn (4; 1: none)")  # fmt: skip
-    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
-    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]

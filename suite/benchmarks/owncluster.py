@@ -9,6 +9,7 @@ run ends.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,17 @@ from pathlib import Path
 
 from commbench.cluster.plan import ClusterSpec, parse_rate
 from commbench.errors import UsageError
+
+
+def probe_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of the probe ``python -m commbench.benchmarks.MODULE`` (its description
+    the first paragraph of ``doc``) with what every probe takes: ``--nic`` and
+    ``--worker``; the caller adds its own."""
+    parser = argparse.ArgumentParser(prog=f"python -m commbench.benchmarks.{module}",
+                                     description=doc.split("\n\n")[0])  # fmt: skip
+    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
+    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
+    return parser
 
 
 def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> ClusterSpec:

@@ -21,7 +21,6 @@ per NIC, what a FAST stage is), timed from a barrier to each receiver's end:
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -125,14 +124,11 @@ def worker(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commbench.benchmarks.shared_cap",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = owncluster.probe_parser("shared_cap", __doc__)
     parser.add_argument("--size", default="1052K", help="bytes a NIC sends (1052K)")
     parser.add_argument("--repeats", type=int, default=6, help="calls a case (6)")
-    parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
     parser.add_argument("--ranks-per-node", type=int, default=RANKS_PER_NODE,
                         help=f"with --worker: ranks a node ({RANKS_PER_NODE})")  # fmt: skip
-    parser.add_argument("--worker", action="store_true", help="run under a launcher already")
     args = parser.parse_args(argv)
     try:
         args.size = parse_size(args.size)
