@@ -385,6 +385,21 @@ def test_a_timed_loop_s_call_finds_the_buckets_as_the_previous_call_left_them():
     )
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2048, 8192), st.floats(5000.0, 30000.0))
+def test_the_loop_runs_until_the_buckets_level_stops_moving(n, depth):
+    """A call that drains its NICs a little each time (a few KiB of recursive doubling)
+    takes many calls to its steady state: the model is that state, a fixed point."""
+    f = fab(1, nic_GBps=0.0125, nic_us=100.0).with_(nic_burst_bytes=depth)
+    rank, steps, gap = np.arange(8), [(k, n, n) for k in range(3)], ar._barrier_us(f, 8)
+    tokens, times = None, []
+    for _ in range(400):
+        t, left, sent = ar._butterfly(f, rank, np.zeros(8), steps, fold=(n, n), tokens=tokens)
+        times.append(float(t.max()))
+        tokens = f.drain_bucket(left, t.max() - sent + gap, 0.0)[1]
+    assert ar.recursive_doubling(n, 8, f).time_us == pytest.approx(times[-1], rel=1e-3)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 1 << 22), st.sampled_from([2, 4, 8]), st.floats(1000.0, 1e6))
 def test_a_looped_call_is_between_the_rested_call_and_no_bucket(n, nodes, depth):

@@ -288,11 +288,13 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     # a call of the timed loop: the leaders' buckets as the previous call left them,
     # refilled over its last intra-node broadcast and the barrier (:func:`_repeated`)
     depth = float(fabric.nic_burst_bytes)
-    total, left = one_call(depth)
-    if depth > 0:
-        idle = cost("lb", m - 1, depth)[1] + _barrier_us(fabric, nodes)
-        for _ in range(_WARM_CALLS):
-            total, left = one_call(float(fabric.drain_bucket(left, idle, 0.0)[1]))
+    idle = cost("lb", m - 1, depth)[1] + _barrier_us(fabric, nodes)
+
+    def step(first):
+        total, left = one_call(float(first[0]))
+        return total, np.array([fabric.drain_bucket(left, idle, 0.0)[1]], dtype=float)
+
+    total = _steady_tokens(step, np.array([depth])) if depth > 0 else one_call(0.0)[0]
     ur_alg = cost("ur", 0, depth)[0]
     ub_alg = cost("ub", 0, depth)[0]
     info = {
@@ -366,30 +368,43 @@ def _barrier_us(fabric: Fabric, nodes: int) -> float:
     return _ceil_log2(nodes) * fabric.nic_us + _ceil_log2(fabric.gpus_per_node) * fabric.scaleup_us
 
 
+#: most calls of the timed loop run before the modelled one (:func:`_repeated`); the
+#: buckets' level stops moving within a few on the emulated cluster (8 at 3 KiB on 8x1,
+#: where each call drains a little)
+_LOOP_CALLS = 64
+
+
+def _steady_tokens(step, tokens: np.ndarray):
+    """Run ``step(tokens) -> (result, next call's tokens)`` from ``tokens`` until the
+    tokens stop moving (half a byte) or :data:`_LOOP_CALLS` calls; the last result."""
+    for _ in range(_LOOP_CALLS):
+        result, following = step(tokens)
+        if np.allclose(following, tokens, rtol=0.0, atol=0.5):
+            break
+        tokens = following
+    return result
+
+
 def _repeated(fabric: Fabric, nodes: int, one_call, lead_us: float = 0.0) -> np.ndarray:
     """Finish times of a call that follows calls like itself, each after a barrier (the
     harness's timed loop): ``one_call(tokens)`` runs one call from its NICs' token
     buckets (None: full) and returns ``(finish times, tokens left, when each NIC's last
     bytes left)``. The next call finds each bucket as the previous call left it,
-    refilled from its NIC's last bytes to the call's end, through the barrier and
-    over ``lead_us`` (what the call does before its first step). On
-    the emulated 8x1 a 4 KiB all-reduce took 389 us after calls that leave the buckets
-    full and 991 us after calls like itself (``python -m
-    commbench.benchmarks.bucket_state``). :data:`_WARM_CALLS` calls reach the loop's
-    steady state; without a bucket the one call is the answer."""
-    t, left, sent = one_call(None)
-    if fabric.nic_burst_bytes <= 0:
-        return t
+    refilled from its NIC's last bytes to the call's end, through the barrier and over
+    ``lead_us`` (what the call does before its first step); calls are run until that
+    level stops moving. On the emulated 8x1 a 4 KiB all-reduce took 389 us after calls
+    that leave the buckets full and 991 us after calls like itself (``python -m
+    commbench.benchmarks.bucket_state``). Without a bucket the one call is the answer."""
     gap = _barrier_us(fabric, nodes) + lead_us
-    for _ in range(_WARM_CALLS):
-        _, tokens = fabric.drain_bucket(left, t.max() - sent + gap, 0.0)
+
+    def step(tokens):
         t, left, sent = one_call(tokens)
-    return t
+        return t, fabric.drain_bucket(left, t.max() - sent + gap, 0.0)[1]
 
-
-#: calls of the timed loop before the modelled one (:func:`_repeated`): the buckets'
-#: level settles within two
-_WARM_CALLS = 3
+    if fabric.nic_burst_bytes <= 0:
+        return one_call(None)[0]
+    t, following = step(None)
+    return _steady_tokens(step, following) if np.any(following < fabric.nic_burst_bytes) else t
 
 
 def _pairwise(
