@@ -368,18 +368,20 @@ def _barrier_us(fabric: Fabric, nodes: int) -> float:
     return _ceil_log2(nodes) * fabric.nic_us + _ceil_log2(fabric.gpus_per_node) * fabric.scaleup_us
 
 
-#: most calls of the timed loop run before the modelled one (:func:`_repeated`); the
-#: buckets' level stops moving within a few on the emulated cluster (8 at 3 KiB on 8x1,
-#: where each call drains a little)
-_LOOP_CALLS = 64
+#: most calls of the timed loop run before the modelled one (:func:`_repeated`): the
+#: buckets' level stops moving within a few on the emulated cluster (8 at 3 KiB on 8x1),
+#: but a call that drains them by a few bytes each time walks down linearly (a bucket
+#: of 15 KB at 4 B a call: some 4000 calls)
+_LOOP_CALLS = 4096
 
 
 def _steady_tokens(step, tokens: np.ndarray):
     """Run ``step(tokens) -> (result, next call's tokens)`` from ``tokens`` until the
-    tokens stop moving (half a byte) or :data:`_LOOP_CALLS` calls; the last result."""
+    tokens stop moving (a thousandth of a byte) or :data:`_LOOP_CALLS` calls; the last
+    result."""
     for _ in range(_LOOP_CALLS):
         result, following = step(tokens)
-        if np.allclose(following, tokens, rtol=0.0, atol=0.5):
+        if np.allclose(following, tokens, rtol=0.0, atol=1e-3):
             break
         tokens = following
     return result
