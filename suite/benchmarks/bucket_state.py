@@ -7,8 +7,10 @@ call again and again, a barrier between calls, so a call finds what the previous
 left plus what refilled since. Here every timed ``MPI_Allreduce`` of ``--size`` bytes
 (float32 sum: the library's own algorithm) follows ``--before`` untimed calls, each
 after a barrier as in the harness: of ``--rest-size`` bytes (too few to drain a bucket,
-so the buckets fill) or of ``--size`` (the timed loop's own state). The two alternate
-call by call; per mode the slowest rank's time, median and quartiles, and their ratio.
+so the buckets fill) or of ``--size`` (the timed loop's own state). The two modes take
+turns, one timed call each; per mode the slowest rank's time of each call, median and
+quartiles, and their ratio (the harness reports the slowest rank's mean over its calls,
+which can read lower).
 
     python -m commbench.benchmarks.bucket_state [--nodes 8] [--ranks-per-node 1] [--size 4K]
         [--before 10] [--calls 40]
