@@ -40,5 +40,6 @@ def test_worker_on_four_ranks_of_one_host() -> None:
     assert lines[1].startswith("1K after 2 calls of 64: ") and lines[1].endswith(")")
     assert lines[2].startswith("1K after 2 calls of 1K: ")
     assert lines[3].startswith("ratio (median) ")
+    assert lines[4].startswith("a rank's end of a call to its next start (the barrier between): ")
     proc = run_mpi(1, argv, timeout=120)
     assert proc.returncode == 2 and "run it on 2 or more" in proc.stderr

@@ -362,9 +362,10 @@ def _link(
 
 def _barrier_us(fabric: Fabric, nodes: int) -> float:
     """The harness's barrier between two timed calls, as a NIC idles through it: a
-    latency per round, ⌈log2 N⌉ rounds across nodes and ⌈log2 g⌉ inside one (on the
-    emulated 8x1 a rank's end of a call to its next start measured 220-390 us, the
-    slowest rank's end and the barrier; 3 x 82 us modelled)."""
+    latency per round, ⌈log2 N⌉ rounds across nodes and ⌈log2 g⌉ inside one. On the
+    emulated 8x1 ``python -m commbench.benchmarks.bucket_state`` measured a rank's end of
+    a call to its next start (the slowest rank's end and the barrier) 263-463 us,
+    median 364; this gives 3 x 82 = 246 plus the wait for the call's end."""
     return _ceil_log2(nodes) * fabric.nic_us + _ceil_log2(fabric.gpus_per_node) * fabric.scaleup_us
 
 

@@ -10,7 +10,8 @@ after a barrier as in the harness: of ``--rest-size`` bytes (too few to drain a 
 so the buckets fill) or of ``--size`` (the timed loop's own state). The two modes take
 turns, one timed call each; per mode the slowest rank's time of each call, median and
 quartiles, and their ratio (the harness reports the slowest rank's mean over its calls,
-which can read lower).
+which can read lower); then, over every rank, the time from a call's end to the next
+one's start (the barrier the model's loop refills through).
 
     python -m commbench.benchmarks.bucket_state [--nodes 8] [--ranks-per-node 1] [--size 4K]
         [--before 10] [--calls 40]
@@ -51,24 +52,30 @@ def report(nbytes: int, rest: int, before: int, rested: np.ndarray, steady: np.n
     )
 
 
-def timed_calls(comm, nbytes: int, rest: int, before: int, calls: int) -> dict[int, np.ndarray]:
-    """The slowest rank's seconds of each timed call, by the size of the calls before it."""
+def timed_calls(comm, nbytes: int, rest: int, before: int, calls: int) -> dict:
+    """The slowest rank's seconds of each timed call, by the size of the calls before it
+    (``rest`` and ``nbytes``), and under ``"gap"`` this rank's seconds from the end of
+    the call before a timed one of the loop's own state to its start: the barrier
+    between two calls as a rank sees it."""
     from mpi4py import MPI
 
     bufs = {s: (np.ones(s // 4, np.float32), np.empty(s // 4, np.float32))
             for s in (rest, nbytes)}  # fmt: skip
     for send, recv in bufs.values():  # connections up, buffers touched
         comm.Allreduce(send, recv)
-    times: dict[int, list[float]] = {rest: [], nbytes: []}
+    times: dict = {rest: [], nbytes: [], "gap": []}
     for _ in range(calls):
         for prior in (rest, nbytes):
             for _ in range(before):
                 comm.Barrier()
                 comm.Allreduce(*bufs[prior])
+            ended = MPI.Wtime()
             comm.Barrier()
             t0 = MPI.Wtime()
             comm.Allreduce(*bufs[nbytes])
             times[prior].append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+            if prior == nbytes:
+                times["gap"].append(t0 - ended)
     return {k: np.array(v) for k, v in times.items()}
 
 
@@ -81,10 +88,13 @@ def worker(args) -> int:
             print("bucket_state: 1 rank; run it on 2 or more", file=sys.stderr)
         return 2
     times = timed_calls(comm, args.size, args.rest_size, args.before, args.calls)
+    gaps = comm.gather(times["gap"], root=0)
     if comm.rank == 0:
         print(f"# {comm.size} ranks, {args.calls} timed calls per mode", flush=True)
         print(report(args.size, args.rest_size, args.before, times[args.rest_size] * 1e6,
                      times[args.size] * 1e6), flush=True)  # fmt: skip
+        print(f"a rank's end of a call to its next start (the barrier between): "
+              f"{quartiles(np.concatenate(gaps) * 1e6)}", flush=True)  # fmt: skip
     return 0
 
 
