@@ -44,7 +44,7 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path, monkeypatch):
         fake("passes", "passes"),
         fake("not here", "not_here"),
         fake("raises", "raises"),
-        fake("hangs", "hangs", timeout_s=1),
+        fake("hangs", "hangs", timeout_s=6),
         fake("crashes", "crashes"),
         fake("hangs at exit", "hangs_at_exit", timeout_s=60),
         Check("skipped", 10, argv=(py, "-c", "raise SystemExit(9)"), skip="rccl runs on rocm"),
@@ -63,8 +63,12 @@ def test_outcomes_timeouts_and_crashes_are_recorded(tmp_path, monkeypatch):
     assert results["not here"].error == "NVSHMEM is NVIDIA-only (ROCm GPU)"
     assert results["raises"].status == FAILED and "3 of 100 differ" in results["raises"].error
     assert results["hangs"].status == FAILED
-    assert results["hangs"].error == "timed out after 1 s (stopped)"
-    assert results["hangs"].seconds < 10
+    # where it hung, from the stack the stopped worker dumps
+    assert (
+        results["hangs"].error
+        == "timed out after 6 s (stopped) in hangs (scripts/gpucheck_fakes.py:24)"
+    )
+    assert results["hangs"].seconds < 15
     assert results["crashes"].status == FAILED and "crashed" in results["crashes"].error
     # a hang after the result (MPI_Finalize, nvshmem_finalize) costs the grace, not 60 s
     hung = results["hangs at exit"]
@@ -192,6 +196,21 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert gpucheck_main([str(blocker / "sub")]) == 2
 
 
+def test_only_keeps_the_checks_later_ones_load(tmp_path, capsys, monkeypatch):
+    """``--only graph`` still compiles FAST's numba core first: without its cache each FAST
+    process compiled it anew, four at once, and timed out (the second GPU run)."""
+    monkeypatch.setattr("commbench.gpucheck.__main__.gpu_backend", lambda: ("cuda", None))
+
+    def listed(only: str) -> list[str]:
+        assert gpucheck_main([str(tmp_path), "--list", "--only", only]) == 0
+        return [line[:40].strip() for line in capsys.readouterr().out.splitlines()]
+
+    names = listed("graph alltoallv")
+    assert names[0] == "FAST's numba core" and "graph alltoallv/fast" in names
+    assert not [n for n in names[1:] if not n.startswith("graph alltoallv")], names
+    assert listed("two ranks") == ["two ranks on one GPU"]  # needs nothing compiled before
+
+
 def test_offline_script_passes_bash_n_and_shellcheck():
     script = ROOT / "tools" / "gpu-check.sh"
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
@@ -246,11 +265,10 @@ def test_loopback_expected_is_the_rail_with_every_node_this_pe():
 
 GRAPH_REPLAY_ON_CPU = """
 import json
-from commbench.gpucheck.checks import graph_replay_wrong
-from commbench.harness import collectives
+from commbench.gpucheck.checks import graph_point, graph_replay_wrong
 from commbench.harness.backends import create_transport
 from commbench.harness.topology import Topology
-from commbench.kernels.registry import lookup
+from commbench.kernels.registry import implementations
 
 topo = Topology.create(gpus_per_node=1)
 t = create_transport("cpu", topo)
@@ -263,27 +281,42 @@ def stale(fn):  # a "graph" that replays nothing new: the output of the capture'
     return lambda: None
 
 out = {}
-for name, capture in (("replays", replays), ("stale", stale)):
-    for coll, impl in (("allreduce", "ring"), ("alltoallv", "fanout")):
-        obj = lookup(coll, impl).factory(t, {})
-        if coll == "allreduce":
-            point = collectives.allreduce_point(t, 4096, "float32", "sum")
-        else:
-            point = collectives.alltoallv_point(t, collectives.uniform_traffic(1, 4096, 1), 4096, 1, None)
-        out[f"{name} {coll}"] = graph_replay_wrong(t, obj, point, capture, 3)[0]
+for spec in implementations():  # every one the graph check captures on cuda, run on cpu
+    if spec.support_problem("cpu") or spec.support_problem("cuda", graph=True):
+        continue
+    for name, capture in (("replays", replays), ("stale", stale)):
+        obj = spec.factory(t, {})
+        point = graph_point(t, spec.collective, 4096, None)
+        out[f"{name} {spec.collective}/{spec.name}"] = graph_replay_wrong(t, obj, point, capture, 3)[0]
 print(json.dumps(out))
 """
 
 
 def test_a_graph_that_replays_stale_output_is_caught():
     """The graph checks compare each replay's output on fresh inputs (the driver's ``-G``
-    runs checked an uncaptured call only)."""
+    runs checked an uncaptured call only), on the point ``commbench run`` measures for
+    each collective (the first GPU run built all-to-allv's for all-gather and broadcast)."""
     proc = subprocess.run([sys.executable, "-c", GRAPH_REPLAY_ON_CPU], capture_output=True,
                           text=True, timeout=120, env=runner.check_env())  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
-    assert got["replays allreduce"] == [0, 0] and got["replays alltoallv"] == [0, 0]
-    assert all(n > 0 for n in got["stale allreduce"] + got["stale alltoallv"]), got
+    collectives = {key.split()[1].split("/")[0] for key in got}
+    assert collectives >= {"allreduce", "alltoallv", "allgather", "reducescatter", "broadcast"}
+    for key, wrong in got.items():
+        assert (wrong == [0, 0]) if key.startswith("replays") else all(n > 0 for n in wrong), key
+
+
+def test_a_stopped_worker_says_where_its_main_thread_hung():
+    dump = (
+        'Thread 0x00007f01 (most recent call first):\n'
+        '  File "/usr/lib/python3.12/threading.py", line 355 in wait\n\n'
+        'Current thread 0x00007f02 (most recent call first):\n'
+        '  File "/site/commbench/gpucheck/checks.py", line 320 in graph_replay_wrong\n'
+        '  File "/site/commbench/gpucheck/checks.py", line 274 in check_graph_replay\n'
+        '  File "/site/commbench/gpucheck/runner.py", line 102 in run_worker\n'
+    )  # fmt: skip
+    assert runner.hung_at(dump) == "graph_replay_wrong (gpucheck/checks.py:320)"
+    assert runner.hung_at("Terminated\n") is None
 
 
 # ---------------------------------------------------------------- the wheel set and OUT

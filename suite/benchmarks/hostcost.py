@@ -134,8 +134,7 @@ def measure(collective: str, impl: str, gpus_per_node: int) -> dict:
     )  # fmt: skip
     sweep = Sweep(make_config(args))
     workload = sweep.cfg.workloads[0]
-    unit = sweep.cfg.dtype.itemsize
-    point = sweep._build(workload, SIZE[collective], unit)
+    point = sweep._build(workload, SIZE[collective])
     recorder = Recorder(sweep.transport)
     sweep.impl.setup(point.case)
     sweep.impl.run(point.case)  # compiled code ready
@@ -149,7 +148,7 @@ def measure(collective: str, impl: str, gpus_per_node: int) -> dict:
     replay = native.rounds_call(rounds, send, recv, comm)
     python_us, c_us = [], []
     for _ in range(ROUNDS):  # interleaved
-        python_us.append(sweep._measure(0, workload, SIZE[collective], unit)["time_us"])
+        python_us.append(sweep._measure(0, workload, SIZE[collective])["time_us"])
         c_us.append(native.time_call(replay, ITERS, "pipelined", warmup=WARMUP).per_call_us)
     sweep.transport.close()
     return {

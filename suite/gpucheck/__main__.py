@@ -32,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the run files and each check's output, packed into "
                    "OUT_DIR/runs.tar.gz (default: a temporary one)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=4, help="concurrent checks at a time (4)")
-    p.add_argument("--only", default=None, help="run the checks whose name contains this")
+    p.add_argument("--only", default=None,
+                   help="run the checks whose name contains this, and the checks whose "
+                   "output they load (FAST's numba core for FAST's)")  # fmt: skip
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
@@ -60,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     backend, why = gpu_backend()
     checks = all_checks(backend, work / "runs")
     if args.only:
-        checks = [c for c in checks if args.only in c.name]
+        chosen = {c.name for c in checks if args.only in c.name}
+        needed = {c.needs for c in checks if c.name in chosen}
+        checks = [c for c in checks if c.name in chosen or c.name in needed]
     if args.list:
         for c in checks:
             print(f"{c.name:40s} {c.timeout_s:5.0f} s  {c.skip or ''}")

@@ -255,9 +255,7 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
     whose capture raises."""
     import cupy
 
-    from commbench.harness import collectives
     from commbench.harness.backends import create_transport
-    from commbench.harness.backends.dtypes import parse_dtype
     from commbench.harness.topology import Topology
     from commbench.kernels.registry import lookup
 
@@ -266,11 +264,7 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
     obj = lookup(collective, impl).factory(t, {})
     out: dict = {"calls_per_graph": calls}
     for size in GRAPH_SIZES:
-        if collective == "allreduce":
-            point = collectives.allreduce_point(t, size, parse_dtype(dtype or "float"), "sum")
-        else:
-            traffic = collectives.uniform_traffic(topo.size, size, 1)
-            point = collectives.alltoallv_point(t, traffic, size, 1, None)
+        point = graph_point(t, collective, size, dtype)
         wrong, launch = graph_replay_wrong(t, obj, point, stream_capture(t.stream), calls)
         assert not any(wrong), f"size {size}: wrong elements after each replay: {wrong}"
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -280,11 +274,25 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
         stop.record(t.stream)
         stop.synchronize()
         out[f"{size}B_us_per_call"] = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / (5 * calls)
+        # a graph that captured NCCL point-to-point holds its communicator: destroying the
+        # communicator first waits for the graph forever (the first GPU run's fan-out hang)
+        del launch
     out["checked"] = "each replay's output, on 2 repetitions' inputs per size"
     if hasattr(obj, "close"):
         obj.close()
     t.close()
     return out
+
+
+def graph_point(t: Any, collective: str, size: int, dtype: str | None) -> Any:
+    """The point the graph check replays: what ``commbench run COLLECTIVE`` measures at
+    ``size`` (all-to-allv on uniform traffic; ``dtype`` None: float32)."""
+    from commbench.harness import collectives
+    from commbench.harness.backends.dtypes import parse_dtype
+
+    workload = "uniform" if collective == "alltoallv" else None
+    return collectives.build_point(t, collective, size, parse_dtype(dtype or "float"),
+                                   workload=workload)  # fmt: skip
 
 
 def stream_capture(stream: Any) -> Callable[[Callable[[], None]], Callable[[], None]]:
@@ -334,6 +342,10 @@ def rehearsal() -> bool:
     return bool(os.environ.get(REHEARSAL_ENV))
 
 
+#: The check that compiles FAST's numba core into numba's cache for the processes after it.
+NUMBA_CORE = "FAST's numba core"
+
+
 def driver_checks(backend: str, runs_dir: Path) -> list[Check]:
     """``commbench run`` of every registered implementation on ``backend`` (one rank), and
     the graph replay of every capturable one; the rest listed as not applicable. Each run
@@ -353,14 +365,17 @@ def driver_checks(backend: str, runs_dir: Path) -> list[Check]:
             argv += ("-d", dtype)
         problem = spec.support_problem(backend)
         note = NVRAR_ONE_RANK if spec.name == "nvrar" else None
+        needs = NUMBA_CORE if spec.factory.__module__.startswith("commbench.kernels.fast") else None
         run = (*argv, "--out", f"{stem}.jsonl")
-        checks.append(Check(f"run {key}", 60, argv=run, skip=problem, concurrent=True, note=note))
+        checks.append(Check(f"run {key}", 60, argv=run, skip=problem, concurrent=True, note=note,
+                            needs=needs))  # fmt: skip
         graph = problem or spec.support_problem(backend, graph=True)
         if backend not in GRAPH_BACKENDS:
             graph = f"CuPy has no graph capture on {backend}"
         replay = "commbench.gpucheck.checks:check_graph_replay"
         checks.append(Check(f"graph {key}", 60, func=replay, concurrent=True, note=note,
-                            args=(spec.collective, spec.name, backend, dtype), skip=graph))  # fmt: skip
+                            args=(spec.collective, spec.name, backend, dtype), skip=graph,
+                            needs=needs))  # fmt: skip
     return checks
 
 
@@ -369,10 +384,11 @@ def all_checks(backend: str | None, runs_dir: Path) -> list[Check]:
     me, nv = "commbench.gpucheck.checks", "commbench.gpucheck.nvrar"
     first = [
         Check("environment", 30, func=f"{me}:check_environment"),
-        Check("FAST's numba core", 90, func=f"{me}:check_numba_core"),
+        # compiling it cold took 78 s and then over 90 s on the H200 machine (2026-12-04)
+        Check(NUMBA_CORE, 180, func=f"{me}:check_numba_core"),
         Check("cupy copy and events", 30, func=f"{me}:check_cupy_events"),
         Check("transport on one rank", 30, func=f"{me}:check_transport"),
-        Check("fast executor", 45, func=f"{me}:check_fast_executor"),
+        Check("fast executor", 45, func=f"{me}:check_fast_executor", needs=NUMBA_CORE),
         Check("ll8 kernels, subnormals", 60, func=f"{nv}:check_ll8_kernels"),
         Check("ll8 bandwidth vs device copy", 30, func=f"{nv}:check_ll8_bandwidth"),
     ]

@@ -12,10 +12,12 @@ files (a GPU machine sends back at most 8).
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -66,6 +68,7 @@ class Check:
     ranks: int = 1
     skip: str | None = None
     concurrent: bool = False  # may run next to the concurrent checks beside it in the list
+    needs: str | None = None  # the check whose output it loads: --only keeps that one too
     note: str | None = None
 
 
@@ -93,6 +96,9 @@ def check_env() -> dict[str, str]:
 def run_worker(func: str, result_path: str, ranks: int = 1, args: Sequence = ()) -> int:
     """In the worker process: run ``func(*args)`` and write its result (rank 0 of
     ``ranks``, with every rank's outcome)."""
+    # A check stopped at its timeout leaves every thread's Python stack on stderr, even one
+    # stuck in a C call (a CUDA or NCCL wait): the log says where it hung.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     module, name = func.split(":")
     t0 = time.perf_counter()
     try:
@@ -256,8 +262,9 @@ def _judge(check, found, code, how, timeout_s, stdout, stderr) -> Result:
             res.details.update(tail)
         return res
     if code is None:
+        where = hung_at(stderr)
         return Result(check.name, FAILED, error=f"timed out after {round(timeout_s, 1):g} s "
-                      "(stopped)", details=tail)  # fmt: skip
+                      f"(stopped){f' in {where}' if where else ''}", details=tail)  # fmt: skip
     if check.func:
         return Result(check.name, FAILED, error=f"exit status {code} with no result "
                       f"(crashed): {_last_line(stderr)}", details=tail)  # fmt: skip
@@ -266,6 +273,18 @@ def _judge(check, found, code, how, timeout_s, stdout, stderr) -> Result:
         return Result(check.name, FAILED, error=f"exit status {code}: {_last_line(stderr)}",
                       details=details)  # fmt: skip
     return Result(check.name, OK, details=details)
+
+
+def hung_at(stderr: str) -> str | None:
+    """``function (file:line)``, the innermost frame of the worker's main thread in the
+    stack dump a stopped worker leaves (``faulthandler``; the thread that runs
+    :func:`run_worker`), or None where there is none."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stderr):
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        if any(name == "run_worker" for _, _, name in frames):
+            path, line, name = frames[0]
+            return f"{name} ({'/'.join(Path(path).parts[-2:])}:{line})"
+    return None
 
 
 def _last_line(text: str) -> str:

@@ -254,6 +254,29 @@ def uniform_traffic(nranks: int, size: int, unit: int) -> np.ndarray:
     return np.full((nranks, nranks), per_peer, dtype=np.int64)
 
 
+def build_point(
+    transport, collective: str, size: int, dtype, *, op: str = "sum", root: int = 0,
+    inplace: bool = False, workload: str | None = None, seed: int = 0,
+) -> Point:  # fmt: skip
+    """The point of ``size`` bytes that ``commbench run COLLECTIVE`` measures: all-reduce's
+    buffers, the rank blocks of all-gather, reduce-scatter and broadcast, all-to-all's
+    uniform traffic, or all-to-allv's traffic drawn from ``workload`` (``seed``) in
+    elements of ``dtype``."""
+    if collective == "allreduce":
+        return allreduce_point(transport, size, dtype, op, inplace)
+    if collective in BLOCK_COLLECTIVES:
+        return block_point(transport, collective, size, dtype, op, root, inplace)
+    unit = np.dtype(dtype).itemsize
+    nranks = transport.topo.size
+    if collective == "alltoall":
+        traffic = uniform_traffic(nranks, size, unit)
+    else:
+        from commbench.harness.workloads import generate
+
+        traffic = generate(workload, nranks, size, seed=seed, unit=unit)
+    return alltoallv_point(transport, traffic, size, unit, workload)
+
+
 # ---------------------------------------------------------------- fill and check
 
 

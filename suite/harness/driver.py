@@ -528,29 +528,16 @@ class Sweep:
     # ------------------------------------------------------------ points
 
     def _points(self):
+        for workload in self.cfg.workloads:
+            for size in self.cfg.sizes:
+                yield workload, size
+
+    def _build(self, workload: str | None, size: int, inplace: bool = False) -> collectives.Point:
         cfg = self.cfg
-        unit = cfg.dtype.itemsize
-        for workload in cfg.workloads:
-            for size in cfg.sizes:
-                yield workload, size, unit
-
-    def _build(
-        self, workload: str | None, size: int, unit: int, inplace: bool = False
-    ) -> collectives.Point:
-        cfg, t = self.cfg, self.transport
-        if cfg.collective == "allreduce":
-            return collectives.allreduce_point(t, size, cfg.dtype, cfg.op, inplace)
-        if cfg.collective in collectives.BLOCK_COLLECTIVES:
-            return collectives.block_point(
-                t, cfg.collective, size, cfg.dtype, cfg.op, cfg.root, inplace
-            )
-        if cfg.collective == "alltoall":
-            traffic = collectives.uniform_traffic(self.topo.size, size, unit)
-        else:
-            from commbench.harness.workloads import generate
-
-            traffic = generate(workload, self.topo.size, size, seed=cfg.seed, unit=unit)
-        return collectives.alltoallv_point(t, traffic, size, unit, workload)
+        return collectives.build_point(
+            self.transport, cfg.collective, size, cfg.dtype, op=cfg.op, root=cfg.root,
+            inplace=inplace, workload=workload, seed=cfg.seed,
+        )  # fmt: skip
 
     def _key_fields(self, workload: str | None, size: int, inplace: bool = False) -> dict:
         rec = dict(self.static)
@@ -583,7 +570,7 @@ class Sweep:
             self._print_header(overhead_us)
         total_wrong = 0
         bus = []
-        for index, (workload, size, unit) in enumerate(points):
+        for index, (workload, size) in enumerate(points):
             row, resumed = [], 0  # rank 0: the records of this size, one per --inplace mode
             for inplace in cfg.inplace:
                 what = (
@@ -602,7 +589,7 @@ class Sweep:
                         resumed += 1
                     continue
                 self._progress(index, len(points), what)
-                measured = self._measure(index, workload, size, unit, what, inplace)
+                measured = self._measure(index, workload, size, what, inplace)
                 wd.phase(f"{what}: gathering every rank's times")
                 gathered = self.topo.world.gather(measured)
                 if self.is_root:
@@ -636,13 +623,12 @@ class Sweep:
         index: int,
         workload: str | None,
         size: int,
-        unit: int,
         what: str = "measuring",
         inplace: bool = False,
     ) -> dict:
         cfg, t, impl, wd = self.cfg, self.transport, self.impl, self.watchdog
         wd.phase(f"{what}: building the buffers")
-        point = self._build(workload, size, unit, inplace)
+        point = self._build(workload, size, inplace)
         case = point.case
         self._traffic = getattr(case, "traffic", None) if self.is_root else None
         collectives.fill(t, point, rep=index)
