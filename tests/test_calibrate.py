@@ -135,6 +135,25 @@ def test_fit_recovers_the_constants_it_was_given():
     assert "NVRAR" in why["put_exchange_GBps"]
 
 
+@pytest.mark.parametrize("apart", [True, False])
+def test_an_exchange_is_capped_only_beyond_the_passes_spread(apart):
+    """q23ar's 8x1 calibration kept an exchange 6 % below the all-NICs stream whose passes
+    overlapped its own (106-111 against 99-108 ms); the model's exchanges then ran
+    1.10-1.18 slow. Below it by more than the passes' spread: kept; within it: noise."""
+    raw = points(cap=0.04, exchange=0.0085)  # 6 % below allnics' 0.01 a rank
+    for q in raw:
+        if q["kind"] in ("allnics", "exchange"):
+            t = q["time_us"]
+            spread = (0.97, 1.0, 1.03) if apart else (0.9, 1.0, 1.1)
+            q["passes_us"] = [t * f for f in spread]
+    c, why = cal.fit(raw, gpus_per_node=2, nranks=4)
+    if apart:
+        assert c["exchange_GBps"] == pytest.approx(0.0085, rel=1e-3)
+        assert "beyond their passes' spread" in why["exchange_GBps"]
+    else:
+        assert "exchange_GBps" not in c
+
+
 def test_a_token_bucket_shows_as_free_bytes_at_both_burst_sizes():
     c, why = cal.fit(points(burst=15000), gpus_per_node=2, nranks=4)
     assert c["scaleout_burst_bytes"] == pytest.approx(15000, rel=1e-3)
