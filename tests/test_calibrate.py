@@ -741,6 +741,32 @@ def test_the_tail_is_the_slowest_over_the_median_per_doubling_of_the_nics():
     assert ring_new > ar_model.ring(mib, 2, new.with_(fabric_tail=())).time_us
 
 
+def test_a_message_within_the_eager_limit_has_no_tail():
+    """calibrate's tail is of messages that wait for their receivers (1 and 4 MiB); a
+    host-driven step's message within the eager limit is not stretched by it (on the
+    emulated 8x1, Rabenseifner's 8-32 KiB steps ran at the untailed rate)."""
+    tailed = fabric().with_(fabric_tail=((1, 1.1),), nic_eager_bytes=32768.0)
+    eight = tailed.stretch(8, 1)
+    assert eight == pytest.approx(1.1**3)
+    nic = float(tailed.nic_time_us(65536))
+    assert float(tailed.wire_time_us(65536, 8, message_bytes=65536)) == pytest.approx(nic * eight)
+    assert float(tailed.wire_time_us(16384, 8, message_bytes=32768)) == pytest.approx(nic / 4)
+    assert float(tailed.wire_time_us(65536, 8)) == pytest.approx(nic * eight)  # no message
+    # without a measured eager limit (every shipped profile) every message is stretched
+    assert float(tailed.with_(nic_eager_bytes=0.0).wire_time_us(8, 8, message_bytes=8)) == (
+        pytest.approx(float(tailed.nic_time_us(8)) * eight)
+    )
+    # Rabenseifner's 32/16/8 KiB steps at 64 KiB: untailed; at 1 MiB its 512 KiB step is
+    untailed = tailed.with_(fabric_tail=())
+    small, big = 65536, 1 << 20
+    assert ar_model.rabenseifner(small, 8, tailed).time_us == pytest.approx(
+        ar_model.rabenseifner(small, 8, untailed).time_us
+    )
+    assert ar_model.rabenseifner(big, 8, tailed).time_us > 1.1 * (
+        ar_model.rabenseifner(big, 8, untailed).time_us
+    )
+
+
 def fabric_of(constants: dict) -> Fabric:
     table = FabricTable(scaleup="s", scaleout="n", **{
         k: v for k, v in constants.items() if k != "incast"})  # fmt: skip

@@ -153,8 +153,8 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric,
     """
     post, alpha = fabric.msg_us, fabric.nic_us
 
-    def wire(paid: float, concurrent: int, exchange: bool = False) -> float:
-        t = float(fabric.wire_time_us(paid, concurrent))
+    def wire(paid: float, concurrent: int, message: float, exchange: bool = False) -> float:
+        t = float(fabric.wire_time_us(paid, concurrent, message_bytes=message))
         return float(max(t, fabric.exchange_time_us(paid)) if exchange else t)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
@@ -163,26 +163,26 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric,
         serial = sent = received = 0.0
         if p2 < nodes:  # extra leaders fold in first
             serial += post + alpha + float(fabric.reduce_time_us(s))
-            received += wire(_paid(fabric, [s], tokens)[0][0], nodes - p2)
+            received += wire(_paid(fabric, [s], tokens)[0][0], nodes - p2, s)
         k = _log2_floor(p2)
         halves = [s / 2 ** (i + 1) for i in range(k)]
         paid, left = _paid(fabric, halves, tokens)
         for i, half in enumerate(halves):  # recursive halving, then the binomial gather back
             serial += 2 * (post + alpha) + float(fabric.reduce_time_us(half))
-            sent += wire(paid[i], p2, exchange=True)
+            sent += wire(paid[i], p2, half, exchange=True)
             # the gather's piece comes from a leader that sent its halves before it
             piece = _paid(fabric, [*halves, half], tokens)[0][-1]
-            received += wire(paid[i], p2, exchange=True) + wire(piece, p2)
+            received += wire(paid[i], p2, half, exchange=True) + wire(piece, p2, half)
         return "reduce-scatter+gather", serial, sent, received, left
     if nodes > 4 or s < 65536:
         steps = _ceil_log2(nodes)
         serial = steps * (post + alpha + float(fabric.reduce_time_us(s)))
         (paid,), left = _paid(fabric, [s], tokens)  # each leader sends once
-        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2), left
+        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2, s), left
     seg = min(8192.0, s)
     nseg = max(1, math.ceil(s / seg))
     paid, left = _paid(fabric, [seg] * nseg, tokens)
-    hops = [wire(b, nodes - 1) + float(fabric.reduce_time_us(seg)) for b in paid]
+    hops = [wire(b, nodes - 1, seg) + float(fabric.reduce_time_us(seg)) for b in paid]
     serial = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     # the first segment crosses every hop, the others follow it one hop apart
     return "chain", serial, 0.0, (nodes - 1) * hops[0] + sum(hops[1:]), left
@@ -207,7 +207,7 @@ def _inter_bcast(s: float, nodes: int, fabric: Fabric,
     seg = 8192.0 if s < 524288 else 32768.0
     nseg = max(1, math.ceil(s / seg))
     paid, left = _paid(fabric, [seg] * nseg, tokens)
-    hops = [float(fabric.wire_time_us(b, nodes - 1, nic_bytes=s)) for b in paid]
+    hops = [float(fabric.wire_time_us(b, nodes - 1, nic_bytes=s, message_bytes=seg)) for b in paid]
     lat = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     return "chain", lat, (nodes - 1) * hops[0] + sum(hops[1:]), 0.0, left
 
@@ -350,7 +350,7 @@ def _link(
     ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``).
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
-    wire = fabric.wire_time_us(paid, concurrent)
+    wire = fabric.wire_time_us(paid, concurrent, message_bytes=nbytes / nic_share)
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     return post_us + np.where(
