@@ -264,7 +264,9 @@ def test_the_gpu_call_end_to_end(device, tmp_path, monkeypatch):
 
     # the ways a check ends
     assert rows["rehearsal: hangs"]["status"] == FAILED
-    assert rows["rehearsal: hangs"]["error"] == "timed out after 5 s (stopped)"
+    assert rows["rehearsal: hangs"]["error"] == (
+        "timed out after 5 s (stopped) in hangs (scripts/gpucheck_fakes.py:24)"
+    )  # where: the stack the stopped worker dumped
     assert rows["rehearsal: crashes"]["status"] == FAILED
     assert "with no result (crashed)" in rows["rehearsal: crashes"]["error"]
     assert "fake CuPy" in rows["cupy copy and events"]["error"]
