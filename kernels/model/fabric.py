@@ -268,9 +268,9 @@ class Fabric:
         sender's kernel when its send returns and needs nothing of its receiver until it
         has arrived, where the tail calibrate measures (1 and 4 MiB per NIC) is of
         messages that wait for their receivers. On the emulated cluster, whose ranks
-        share two cores, host-driven steps of 8-32 KiB messages ran as the untailed rate
-        (Rabenseifner 32-96 KiB on 8x1 modelled 1.09-1.15 slow with the tail in three
-        runs, 0.98-1.02 without)."""
+        share two cores, host-driven steps of 8-32 KiB messages ran at the untailed rate
+        (Rabenseifner at 32-96 KiB on a fresh 8x1 modelled 1.10-1.15 slow with the tail,
+        0.98-1.04 without; its 64 KiB rows of two validation runs likewise)."""
         per_nic = nbytes if nic_bytes is None else nic_bytes
         cap = self.cap_GBps(1.0, per_nic) * _BYTES_PER_US
         t = np.maximum(self.nic_time_us(nbytes), concurrent * nbytes / cap)
