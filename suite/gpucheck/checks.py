@@ -274,8 +274,8 @@ def check_graph_replay(collective: str, impl: str, backend: str, dtype: str | No
         stop.record(t.stream)
         stop.synchronize()
         out[f"{size}B_us_per_call"] = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / (5 * calls)
-        # a graph that captured NCCL point-to-point holds its communicator: destroying the
-        # communicator first waits for the graph forever (the first GPU run's fan-out hang)
+        # NCCL 2.28.9's comm.destroy() waited for a live graph that had captured its
+        # point-to-point calls (the first GPU run's fan-out hang): drop the graph first
         del launch
     out["checked"] = "each replay's output, on 2 repetitions' inputs per size"
     if hasattr(obj, "close"):
