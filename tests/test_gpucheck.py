@@ -209,6 +209,13 @@ def test_only_keeps_the_checks_later_ones_load(tmp_path, capsys, monkeypatch):
     assert names[0] == "FAST's numba core" and "graph alltoallv/fast" in names
     assert not [n for n in names[1:] if not n.startswith("graph alltoallv")], names
     assert listed("two ranks") == ["two ranks on one GPU"]  # needs nothing compiled before
+    # a typo is refused in one line, before anything runs or is written
+    out = tmp_path / "typo"
+    assert gpucheck_main([str(out), "--only", "tow ranks"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpu-check: error: --only 'tow ranks' matches no check on backend cuda "
+                   "(--list names them)"]  # fmt: skip
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_offline_script_passes_bash_n_and_shellcheck():

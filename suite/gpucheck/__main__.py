@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {c.name for c in checks if args.only in c.name}
         needed = {c.needs for c in checks if c.name in chosen}
         checks = [c for c in checks if c.name in chosen or c.name in needed]
+        if not chosen:  # a typo must not pass as a run of nothing on a scarce GPU machine
+            print(f"gpu-check: error: --only {args.only!r} matches no check on backend "
+                  f"{backend or 'none'} (--list names them)", file=sys.stderr)  # fmt: skip
+            return 2
     if args.list:
         for c in checks:
             print(f"{c.name:40s} {c.timeout_s:5.0f} s  {c.skip or ''}")
