@@ -756,6 +756,11 @@ def test_a_message_within_the_eager_limit_has_no_tail():
     assert float(tailed.with_(nic_eager_bytes=0.0).wire_time_us(8, 8, message_bytes=8)) == (
         pytest.approx(float(tailed.nic_time_us(8)) * eight)
     )
+    # a one-sided put (NVRAR's cpu steps) has no eager limit: it keeps the tail
+    cross = np.array([True])
+    put = float(ar_model._link(tailed, cross, 16384, 0.0, concurrent=8, two_sided=False)[0])
+    send = float(ar_model._link(tailed, cross, 16384, 0.0, concurrent=8)[0])
+    assert put - tailed.nic_us == pytest.approx((send - tailed.nic_us) * eight)
     # Rabenseifner's 32/16/8 KiB steps at 64 KiB: untailed; at 1 MiB its 512 KiB step is
     untailed = tailed.with_(fabric_tail=())
     small, big = 65536, 1 << 20

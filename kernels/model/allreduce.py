@@ -339,6 +339,7 @@ def _link(
     concurrent: int = 1,
     exchange: float | None = None,
     free: np.ndarray | float = 0.0,
+    two_sided: bool = True,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
@@ -347,10 +348,13 @@ def _link(
     ``concurrent``: messages of this size crossing the switch at the same time (they
     share the fabric's ``fabric_GBps``); ``exchange``: the pair sends both ways at once,
     each direction at most this many GB/s of wire bytes (None: not an exchange);
-    ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``).
+    ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``);
+    ``two_sided``: a send the receiver matches, whose eager limit spares a small one the
+    tail (:meth:`Fabric.wire_time_us`); a one-sided put (False) keeps it.
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
-    wire = fabric.wire_time_us(paid, concurrent, message_bytes=nbytes / nic_share)
+    message = nbytes / nic_share if two_sided else None
+    wire = fabric.wire_time_us(paid, concurrent, message_bytes=message)
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     return post_us + np.where(
@@ -466,7 +470,7 @@ def _butterfly(
         free, left = fabric.drain_bucket(np.minimum(tokens[a], tokens[b]), idle, wire / nic_share)
         free = np.where(cross, free, 0.0)
         cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
-                     exchange=exchange_rate, free=free)  # fmt: skip
+                     exchange=exchange_rate, free=free, two_sided=not one_sided)  # fmt: skip
         for x in (a, b):
             tokens[x] = np.where(cross, left, tokens[x])
             sent[x] = np.where(cross, ready + cost, sent[x])
