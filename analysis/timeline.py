@@ -3,9 +3,12 @@
 The side file ``<out>.timeline.jsonl`` (named by each record's ``timeline_file``) has one
 line per span: the point's keys (``run_id``, ``point``, ``inplace``, ``impl``,
 ``size_bytes``, ``workload``), ``rank``, ``call``, ``step``, ``kind`` and ``start_us`` /
-``end_us`` (µs since that rank's timed loop began). Each call has one ``call`` span (the
-call as the harness timed it) and the algorithm's spans inside it, which tile it (see
-:mod:`commbench.kernels.timeline`); library baselines have only the ``call`` span.
+``end_us`` (µs since that rank's timed loop began), and ``loop_start_us``, that start on
+the rank's own clock (the host's monotonic clock: adding it lines up the ranks of one
+machine, the emulated cluster's too; empty in files written before it). Each call has
+one ``call`` span (the call as the harness timed it) and the algorithm's spans inside it,
+which tile it (see :mod:`commbench.kernels.timeline`); library baselines have only the
+``call`` span.
 
 :func:`load_timeline` reads the spans of the given points; :func:`timeline_breakdown` sums them
 per point and kind (the report's table); :func:`figure_8` draws one call per point as a
@@ -24,7 +27,7 @@ from matplotlib.patches import Patch
 from commbench.analysis.load import _raw_key
 from commbench.analysis.style import binary_label, empty_figure, new_figure, save
 
-SPAN_COLUMNS = ("rank", "call", "step", "kind", "start_us", "end_us")
+SPAN_COLUMNS = ("rank", "call", "step", "kind", "start_us", "end_us", "loop_start_us")
 #: Point columns copied onto every span (what a chart or table is grouped by).
 POINT_KEYS = ("system", "nodes", "gpus_per_node", "collective", "impl", "size_bytes",
               "workload_key", "dtype", "run_id", "point", "inplace")  # fmt: skip

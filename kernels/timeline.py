@@ -30,6 +30,11 @@ KINDS = ("post", "wait", "copy", "reduce", "pack", "collective", "schedule")
 CALL = "call"
 #: Column names of :meth:`Recorder.rows` (times in µs since the rank's timed loop began).
 COLUMNS = ("call", "step", "kind", "start_us", "end_us")
+#: The rank's own clock at its timed loop's start (µs): ``loop_start_us + start_us`` lines
+#: the ranks up where they read one clock (``time.perf_counter`` is the host's
+#: ``CLOCK_MONOTONIC``: the ranks of one machine, the emulated cluster's included); across
+#: machines the clocks are unrelated.
+LOOP_START = "loop_start_us"
 
 _active: Recorder | None = None
 
@@ -67,6 +72,10 @@ class Recorder:
         """Every span, times in µs since :attr:`origin` (the timed loop's start)."""
         o = self.origin
         return [(c, s, k, (a - o) * 1e6, (b - o) * 1e6) for c, s, k, a, b in self._spans]
+
+    def loop_start_us(self) -> float:
+        """:attr:`origin` on the clock itself, in µs (:data:`LOOP_START`)."""
+        return self.origin * 1e6
 
 
 def run_posts(plan, recorder: Recorder, step: int = -1) -> None:

@@ -93,6 +93,21 @@ def test_call_spans_are_the_measured_calls_and_steps_tile_them(latency, impl):
         assert covered <= total and covered >= (1 - UNCOVERED) * total, (covered, total)
 
 
+@pytest.mark.parametrize("impl", ["ring", "recursive-doubling", "nvrar"])
+def test_loop_start_lines_ranks_up_on_one_clock(latency, impl):
+    """The ranks share this machine's clock: on it no rank ends an all-reduce before every
+    rank has started that call (each result needs every rank's data), and every rank's
+    loop starts within a second of the others'."""
+    _, spans, _ = latency
+    calls = spans[(spans["impl"] == impl) & (spans["kind"] == "call")]
+    assert calls["loop_start_us"].notna().all()
+    assert np.ptp(calls["loop_start_us"].to_numpy(dtype=float)) < 1e6
+    start = calls["loop_start_us"] + calls["start_us"]
+    end = calls["loop_start_us"] + calls["end_us"]
+    for _, idx in calls.groupby(["run_id", "point", "call"]).groups.items():
+        assert start[idx].max() <= end[idx].min(), (impl, start[idx].max(), end[idx].min())
+
+
 def test_pipelined_calls_are_stamped_back_to_back(driver_runs):
     driver_runs.stdout("timeline/pipelined")
     points, _ = load_all(driver_runs.tmp / "timeline" / "pipelined.jsonl")

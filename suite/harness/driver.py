@@ -738,6 +738,7 @@ class Sweep:
             "metric_bytes": point.metric_bytes,
             "info": info,
             "timeline": None if rec is None else rec.rows(),
+            timeline.LOOP_START: None if rec is None else rec.loop_start_us(),
         }
 
     def _recorder(self) -> timeline.Recorder | None:
@@ -761,7 +762,12 @@ class Sweep:
         key = {k: raw[k] for k in ("run_id", "point", "size_bytes", "workload", "inplace")}
         key.update(impl=self.cfg.impl, timing_mode=self.cfg.timing, launch=self.cfg.launch)
         return [
-            {**key, "rank": rank, **dict(zip(timeline.COLUMNS, span, strict=True))}
+            {
+                **key,
+                "rank": rank,
+                **dict(zip(timeline.COLUMNS, span, strict=True)),
+                timeline.LOOP_START: g[timeline.LOOP_START],
+            }
             for rank, g in enumerate(gathered)
             for span in g["timeline"]
         ]
