@@ -4,7 +4,7 @@ Public API (imported lazily, so ``import commbench.analysis`` costs nothing unti
 
     from commbench.analysis import load_all, load_results, load_schedules, load_reference, run_metadata
     from commbench.analysis import figure_1, ..., figure_8, render_all, FIGURES
-    from commbench.analysis import load_timeline, timeline_breakdown
+    from commbench.analysis import load_timeline, timeline_breakdown, exchange_lateness
     from commbench.analysis import best_table, speedup_table, line_rate_table, model_error_table
     from commbench.analysis import straggler_tables, write_report, execute_notebook
 
@@ -33,6 +33,7 @@ _EXPORTS = {
     "figure_8": "commbench.analysis.timeline",
     "load_timeline": "commbench.analysis.timeline",
     "timeline_breakdown": "commbench.analysis.timeline",
+    "exchange_lateness": "commbench.analysis.timeline",
     "render_all": "commbench.analysis.figures",
     "empty_message": "commbench.analysis.figures",
     "best_table": "commbench.analysis.tables",

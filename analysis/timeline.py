@@ -12,7 +12,9 @@ which tile it (see :mod:`commbench.kernels.timeline`); library baselines have on
 
 :func:`load_timeline` reads the spans of the given points; :func:`timeline_breakdown` sums them
 per point and kind (the report's table); :func:`figure_8` draws one call per point as a
-Gantt chart, one row per rank.
+Gantt chart, one row per rank; :func:`exchange_lateness` lines up the two ranks of each
+exchange of a butterfly (how late the partner came, what the exchange took once both
+were in).
 """
 
 from __future__ import annotations
@@ -104,6 +106,40 @@ def timeline_breakdown(spans: pd.DataFrame) -> pd.DataFrame:
             rows.append({**{k: head[k] for k in POINT_KEYS}, "kind": kind,
                          "us_per_call": float(us), "share": float(us / call_us) if call_us else np.nan})  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
+
+
+def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame:
+    """Per rank, call and step of a butterfly whose step ``k`` is one exchange between
+    rank r and r XOR ``distances[k]`` (recursive doubling on 8 ranks ``[1, 2, 4]``, this
+    suite's Rabenseifner ``[4, 2, 1, 1, 2, 4]``): ``post_us`` (issuing the step's sends
+    and receives), ``late_us`` (the partner's posts ended this long after this rank's;
+    negative when it was first), ``after_both_us`` (this rank's wait ended this long
+    after the later of the two posts: the exchange itself once both are in) and
+    ``step_us`` (start of the posts to the end of the wait). Needs ``loop_start_us``
+    (ranks that read one clock: one machine); steps without both spans are left out."""
+    cols = ("run_id", "point", "inplace", "call", "step", "rank")
+    out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "step_us")
+    s = spans[spans["kind"].isin(("post", "wait")) & (spans["step"] >= 0)]
+    s = s[s["step"] < len(distances)]
+    if s.empty:
+        return pd.DataFrame(columns=out_cols)
+    origin = pd.to_numeric(s["loop_start_us"], errors="coerce")
+    if origin.isna().any():
+        raise ValueError("exchange_lateness needs loop_start_us (timelines written since it)")
+    s = s.assign(at_start=origin + s["start_us"], at_end=origin + s["end_us"])
+    key = list(cols)
+    post = s[s["kind"] == "post"][[*key, "at_start", "at_end"]]
+    wait = s[s["kind"] == "wait"][[*key, "at_end"]].rename(columns={"at_end": "done"})
+    d = post.merge(wait, on=key)
+    step_distance = np.asarray(distances, dtype=np.int64)[d["step"].to_numpy(dtype=np.int64)]
+    d["partner"] = d["rank"].to_numpy(dtype=np.int64) ^ step_distance
+    theirs = post[[*key, "at_end"]].rename(columns={"rank": "partner", "at_end": "their_end"})
+    d = d.merge(theirs, on=[*key[:-1], "partner"])
+    d["post_us"] = d["at_end"] - d["at_start"]
+    d["late_us"] = d["their_end"] - d["at_end"]
+    d["after_both_us"] = d["done"] - np.maximum(d["at_end"], d["their_end"])
+    d["step_us"] = d["done"] - d["at_start"]
+    return d[list(out_cols)].reset_index(drop=True)
 
 
 def median_call(spans: pd.DataFrame) -> int:

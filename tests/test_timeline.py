@@ -12,7 +12,12 @@ import pytest
 from commbench.analysis import load_all
 from commbench.analysis.figures import empty_message
 from commbench.analysis.report import write_report
-from commbench.analysis.timeline import figure_8, load_timeline, timeline_breakdown
+from commbench.analysis.timeline import (
+    exchange_lateness,
+    figure_8,
+    load_timeline,
+    timeline_breakdown,
+)
 from commbench.harness.results import RecordWriter
 from commbench.kernels import timeline
 
@@ -106,6 +111,42 @@ def test_loop_start_lines_ranks_up_on_one_clock(latency, impl):
     end = calls["loop_start_us"] + calls["end_us"]
     for _, idx in calls.groupby(["run_id", "point", "call"]).groups.items():
         assert start[idx].max() <= end[idx].min(), (impl, start[idx].max(), end[idx].min())
+
+
+def test_exchange_lateness_lines_up_the_two_ranks_of_an_exchange():
+    """Times on the common clock: rank 0's loop started at 0, rank 1's at 100 (each
+    span is stored relative to its own rank's start). Rank 0 ended its posts at 10, rank
+    1 at 30: rank 0 waited 20 for it and finished 50 after both were in; rank 1 came 20
+    late and finished 5 after."""
+
+    def span(rank, kind, start, end, origin):
+        return dict(run_id="r", point=0, inplace=0, call=0, step=0, rank=rank, kind=kind,
+                    start_us=start - origin, end_us=end - origin, loop_start_us=origin)  # fmt: skip
+
+    spans = pd.DataFrame([
+        span(0, "post", 2, 10, 0.0), span(0, "wait", 10, 80, 0.0),
+        span(1, "post", 25, 30, 100.0), span(1, "wait", 30, 35, 100.0),
+    ])  # fmt: skip
+    got = exchange_lateness(spans, [1]).set_index("rank")
+    assert got.loc[0, "partner"] == 1 and got.loc[1, "partner"] == 0
+    np.testing.assert_allclose(got["post_us"], [8, 5])
+    np.testing.assert_allclose(got["late_us"], [20, -20])
+    np.testing.assert_allclose(got["after_both_us"], [50, 5])
+    np.testing.assert_allclose(got["step_us"], [78, 10])
+    with pytest.raises(ValueError, match="loop_start_us"):
+        exchange_lateness(spans.assign(loop_start_us=None), [1])
+
+
+def test_exchange_lateness_of_a_recorded_butterfly(latency):
+    """Recursive doubling on 8 ranks (partners r^1, r^2, r^4): one row per rank, call and
+    step, each pair seen from both sides with opposite lateness."""
+    _, spans, _ = latency
+    got = exchange_lateness(spans[spans["impl"] == "recursive-doubling"], [1, 2, 4])
+    assert len(got) == 8 * 3 * 3
+    assert ((got["post_us"] >= 0) & (got["step_us"] >= got["post_us"])).all()
+    pairs = got.merge(got, left_on=["call", "step", "rank"], right_on=["call", "step", "partner"])
+    assert (pairs["partner_x"] == pairs["rank_y"]).all()
+    np.testing.assert_allclose(pairs["late_us_x"], -pairs["late_us_y"])
 
 
 def test_pipelined_calls_are_stamped_back_to_back(driver_runs):
