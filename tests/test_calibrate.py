@@ -45,8 +45,10 @@ def points(
     burst=None,
     held=None,
     queue=None,
+    chain=(60.0, 150.0),
 ):
-    """Raw points of a fabric with these constants (what :func:`cal.measure` would see)."""
+    """Raw points of a fabric with these constants (what :func:`cal.measure` would see);
+    ``chain``: a butterfly step and what its call pays once."""
     s = 1 << 20
 
     def q(kind, tier, peers, nbytes, us):
@@ -66,6 +68,8 @@ def points(
     t1 = 65536 / (nic * 1e3)
     out += [q("incast", "scaleout", k, 65536, k * t1 * (1 + incast * (k - 1))) for k in (1, 2)]
     out.append(q("stage", "scaleout", p, 0, lat + 2 * msg + stage))
+    if chain is not None:  # 2 nodes: chains of 1 and 2 steps
+        out += [q("chain", "scaleout", k, 0, chain[1] + k * chain[0]) for k in (1, 2)]
     out += [q("post", "scaleout", n, 8 * n, 300 + msg * n) for n in cal.POST_COUNTS]
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
     if put is not None:
@@ -104,7 +108,12 @@ def test_fit_recovers_the_constants_it_was_given():
     assert c["stage_cost_us"] == pytest.approx(500.0, rel=1e-3)
     assert c["reduce_GBps"] == pytest.approx(1.0, rel=1e-3)
     assert c["put_us"] == pytest.approx(30.0, rel=1e-3)  # above the two-sided latency
+    assert c["butterfly_step_us"] == pytest.approx(60.0, rel=1e-3)
+    assert c["butterfly_call_us"] == pytest.approx(150.0, rel=1e-3)
     assert set(why) == set(c)
+    # raw points of a calibrate before the chain points: the model's empty round
+    c, _ = cal.fit(points(chain=None), gpus_per_node=2, nranks=4)
+    assert "butterfly_step_us" not in c and "butterfly_call_us" not in c
     # raw points of a calibrate before the put point: no put_us (the model's 0)
     c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
     assert "put_us" not in c
@@ -272,7 +281,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     df = pd.read_json(cal.points_path(out), lines=True)
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
-    assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "post",
+    assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "chain", "post",
             "put", "flows", "exchange", "put-exchange", "burst", "eager", "reduce", "release",
             "overlap-alone", "overlap-release", "overlap"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
@@ -354,7 +363,7 @@ def test_update_refits_only_a_step_s_fixed_costs():
     c, why = cal.fit(old, gpus_per_node=2, nranks=4)
     base = load_toml(load_profile("local-cluster").path)
     data = cal.profile_data(base, "first", c, why, "r0", 2, "lossless")
-    fresh = [q for q in points(lat=150.0, msg=30.0, stage=400.0, put=60.0)
+    fresh = [q for q in points(lat=150.0, msg=30.0, stage=400.0, put=60.0, chain=(80.0, 90.0))
              if q["kind"] in cal.STEP_KINDS]  # fmt: skip
     new, merged, refit = cal.refresh_steps(data, old, fresh, "r1", "second", 2, 4)
     assert new["name"] == "second" and "(r1)" in new["description"]
@@ -363,6 +372,8 @@ def test_update_refits_only_a_step_s_fixed_costs():
     assert fab["scaleout_latency_us"] == pytest.approx(150.0)
     assert fab["msg_us"] == pytest.approx(30.0) and fab["stage_cost_us"] == pytest.approx(400.0)
     assert fab["put_us"] == pytest.approx(60.0)
+    assert fab["butterfly_step_us"] == pytest.approx(80.0)
+    assert fab["butterfly_call_us"] == pytest.approx(90.0)
     for key in fab:
         if key in cal.STEP_KEYS:
             assert fab["sources"][key].startswith("measured: r1: ")
@@ -918,6 +929,28 @@ def test_a_calibrate_step_takes_no_collective():
         parse_step({"command": "calibrate", "collective": "allreduce"}, "here")
     with pytest.raises(UsageError, match="collective must be one of"):
         parse_step({"impls": {"cpu": ["mpi"]}}, "here")
+
+
+def test_butterfly_steps_pay_the_calibrated_step_and_the_call_its_lateness_once():
+    """With ``butterfly_step_us`` each step between nodes costs it in place of an empty
+    round (posts, stage, latency), and the call starts ``butterfly_call_us`` late, once:
+    Rabenseifner's six steps on 8 single-rank nodes gain 6 x the step difference,
+    recursive doubling's three 3 x; ring and NVRAR (one-sided puts) do not move."""
+    f = fabric_from_profile("local-cluster").with_(gpus_per_node=1)
+    assert f.butterfly_step_us is None  # shipped profile: not measured
+    round_us = f.stage_us + 2 * f.msg_us + f.nic_us
+    g = f.with_(butterfly_step_us=40.0, butterfly_call_us=70.0)
+    for model, steps in ((ar_model.rabenseifner, 6), (ar_model.recursive_doubling, 3)):
+        base, fit = model(256, 8, f).time_us, model(256, 8, g).time_us
+        assert fit - base == pytest.approx(70.0 + steps * (40.0 - round_us))
+    for model in (ar_model.ring, ar_model.nvrar):
+        assert model(256, 8, g).time_us == model(256, 8, f).time_us
+    # inside a node a step keeps its own cost: 4 x 2, Rabenseifner's two bit-0 steps
+    two = fabric_from_profile("local-cluster")
+    moved = ar_model.rabenseifner(256, 4, two.with_(butterfly_step_us=40.0)).time_us
+    base = ar_model.rabenseifner(256, 4, two).time_us
+    two_round = two.stage_us + 2 * two.msg_us + two.nic_us
+    assert moved - base == pytest.approx(4 * (40.0 - two_round))
 
 
 def test_nvrar_inter_node_steps_pay_the_measured_put():

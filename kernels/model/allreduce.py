@@ -340,6 +340,7 @@ def _link(
     exchange: float | None = None,
     free: np.ndarray | float = 0.0,
     two_sided: bool = True,
+    cross_us: float | None = None,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
@@ -350,17 +351,19 @@ def _link(
     each direction at most this many GB/s of wire bytes (None: not an exchange);
     ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``);
     ``two_sided``: a send the receiver matches, whose eager limit spares a small one the
-    tail (:meth:`Fabric.wire_time_us`); a one-sided put (False) keeps it.
+    tail (:meth:`Fabric.wire_time_us`); a one-sided put (False) keeps it; ``cross_us``:
+    the fixed cost of a message between nodes (None: ``post_us`` and a latency).
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
     message = nbytes / nic_share if two_sided else None
     wire = fabric.wire_time_us(paid, concurrent, message_bytes=message)
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
-    return post_us + np.where(
+    fixed = post_us + fabric.nic_us if cross_us is None else cross_us
+    return np.where(
         cross,
-        fabric.nic_us + wire,
-        fabric.scaleup_us + fabric.peer_time_us(nbytes),
+        fixed + wire,
+        post_us + fabric.scaleup_us + fabric.peer_time_us(nbytes),
     )
 
 
@@ -447,6 +450,13 @@ def _butterfly(
     ``nic_share``: see :func:`_link`; ``width``: ranks each participant stands for
     (each sending its own message at once, as NVRAR's GPUs of one node do);
     ``one_sided``: the exchanges are puts (``put_exchange_GBps`` where measured).
+    A two-sided host step between nodes costs ``butterfly_step_us`` and its wire time
+    where that is calibrated (the slope of calibrate's chains of empty exchanges with
+    mutual partners; the call pays how late its ranks come once, :func:`_butterfly_start`),
+    otherwise an empty round's (:func:`_two_sided_step_us`) and a latency: that round's
+    partners shift, so it waits on a chain of ranks where a butterfly's pair waits on
+    itself, and its cost holds the ranks' lateness at every step (on the emulated 8x1
+    139 us a round against 55-97 a butterfly step).
     Each participant's NIC keeps its token bucket (``nic_burst_bytes``) from step to
     step, ``tokens`` at the start (None: full) and refilled while no bytes of its own
     cross.
@@ -455,6 +465,8 @@ def _butterfly(
     if one_sided and math.isfinite(fabric.put_exchange_GBps):
         exchange = fabric.put_exchange_GBps
     post = _two_sided_step_us(fabric) if post_us is None else post_us
+    step_us = fabric.butterfly_step_us if post_us is None and not one_sided else None
+    before_wire = post + fabric.nic_us if step_us is None else step_us
     m = node_of.size
     t = np.asarray(start, dtype=np.float64).copy()
     if tokens is None:  # full: nothing left the NICs for long
@@ -466,11 +478,12 @@ def _butterfly(
         """Cost of a's message to b (both ways when ``exchange_rate``), from both ready."""
         cross = node_of[a] != node_of[b]
         ready = np.maximum(t[a], t[b])
-        idle = ready + post + fabric.nic_us - np.maximum(sent[a], sent[b])
+        idle = ready + before_wire - np.maximum(sent[a], sent[b])
         free, left = fabric.drain_bucket(np.minimum(tokens[a], tokens[b]), idle, wire / nic_share)
         free = np.where(cross, free, 0.0)
         cost = _link(fabric, cross, wire, post, nic_share, width * int(cross.sum()),
-                     exchange=exchange_rate, free=free, two_sided=not one_sided)  # fmt: skip
+                     exchange=exchange_rate, free=free, two_sided=not one_sided,
+                     cross_us=step_us)  # fmt: skip
         for x in (a, b):
             tokens[x] = np.where(cross, left, tokens[x])
             sent[x] = np.where(cross, ready + cost, sent[x])
@@ -505,6 +518,13 @@ def _two_sided_step_us(fabric: Fabric) -> float:
     return fabric.stage_us + 2 * fabric.msg_us
 
 
+def _butterfly_start(fabric: Fabric, p: int, nodes: int) -> np.ndarray:
+    """When a host-driven butterfly's ranks start its first step: ``butterfly_call_us``
+    (how late they come to a call, calibrated with the step) where it crosses nodes."""
+    late = fabric.butterfly_call_us if nodes > 1 and fabric.butterfly_step_us is not None else 0.0
+    return np.full(p, float(late))
+
+
 def _log2_floor(m: int) -> int:
     return m.bit_length() - 1
 
@@ -515,7 +535,7 @@ def recursive_doubling(n: int, nodes: int, fabric: Fabric) -> Prediction:
     p = nodes * fabric.gpus_per_node
     node_of = np.arange(p) // fabric.gpus_per_node
     steps = [(k, n, n) for k in range(_log2_floor(p))]
-    t = _pairwise(fabric, node_of, np.zeros(p), steps, fold=(n, n))
+    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), steps, fold=(n, n))
     return Prediction(
         "recursive-doubling", t, lower_bound_us(n, nodes, fabric), {"steps": len(steps)}
     )
@@ -538,7 +558,7 @@ def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = Fa
     bits = list(range(k)) if nearest_first else list(range(k - 1, -1, -1))
     rs = [(bits[i], n / 2 ** (i + 1), n / 2 ** (i + 1)) for i in range(k)]
     ag = [(bits[k - 1 - i], n / 2 ** (k - i), 0.0) for i in range(k)]
-    t = _pairwise(fabric, node_of, np.zeros(p), rs + ag, fold=(n, n))
+    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), rs + ag, fold=(n, n))
     info = {"steps": 2 * k, "order": "nearest first" if nearest_first else "farthest first"}
     return Prediction("rabenseifner", t, lower_bound_us(n, nodes, fabric), info)
 

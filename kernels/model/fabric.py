@@ -132,6 +132,12 @@ class Fabric:
     reduce_GBps: float = math.inf
     proxy_us: float = 0.0
     put_us: float = 0.0
+    #: a host-driven (two-sided) butterfly step between nodes: posts, the partner's
+    #: lateness and the latency, as calibrate's chains of empty exchanges measure it
+    #: (None: ``stage_us``, two posts and ``nic_us``, an empty round's); and what a call
+    #: of such steps pays once (how late its ranks come, the slowest one's end)
+    butterfly_step_us: float | None = None
+    butterfly_call_us: float = 0.0
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
     fabric_GBps: float = math.inf
@@ -202,6 +208,7 @@ class Fabric:
             "incast",
             "proxy_us",
             "put_us",
+            "butterfly_call_us",
             "switch_buffer_MB",
             "nic_burst_bytes",
             "scaleup_eager_bytes",
@@ -212,6 +219,12 @@ class Fabric:
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
+        if self.butterfly_step_us is not None:
+            v = _number(self, "butterfly_step_us")
+            if not (v >= 0 and math.isfinite(v)):
+                raise ValueError(
+                    f"fabric: butterfly_step_us must be a finite number >= 0 (got {v!r})"
+                )
 
     def with_(self, **changes) -> Fabric:
         """A copy with some constants replaced (validated again)."""

@@ -87,6 +87,16 @@ Nothing is taken from the collectives the profile is used to predict. The points
     implementations do: persistent requests bound once and started together
     (``Startall``/``Waitall``), not one ``Isend``, ``Irecv`` and ``Wait`` per message,
     whose Python the implementations' bound plans do not pay.
+``chain``
+    calls of k empty two-sided exchanges with the inter-node butterfly's partners (the
+    rank of this one's index on node ``n ^ 2^j``, j cycling), every rank at once, each
+    call after MPI's barrier as in the harness's timed loop, k = log2 of the nodes and
+    twice that (recursive doubling's and Rabenseifner's step counts): the slowest rank's
+    call. Its slope over k is what one butterfly step costs, its intercept what the call
+    pays once (how late the ranks come to it and the slowest rank's end). The ``stage``
+    round costs more per step on the emulated 8x1 (139 against 55-97 us): its partners
+    shift, so each round waits on a chain of ranks, where a butterfly's pair waits only
+    on itself.
 ``put``
     one step of NVRAR's inter-node recursive doubling on one LL8 cell (8 B): every rank
     packs the cell with the call's flag, puts it into the MPI RMA window (passive target,
@@ -157,9 +167,10 @@ def burst_sizes(nbytes: int) -> tuple[int, int, int]:
 
 #: the constants of a step's fixed cost, which ``--update`` measures again (on the
 #: emulated cluster they moved by up to 1.4x within minutes while the rates held)
-STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us")
+STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us",
+             "butterfly_step_us", "butterfly_call_us")  # fmt: skip
 #: the point kinds they are fitted from (:func:`fit`)
-STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put")
+STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "chain")
 
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
@@ -462,6 +473,35 @@ def _stage_rounds(comm, g: int, rounds: int, reps: int) -> float:
     secs = median_round(comm, body, reps) / rounds
     _free(plans)
     return secs
+
+
+def _chain_calls(comm, g: int, steps: int, calls: int) -> float:
+    """Seconds of a call of ``steps`` empty exchanges with the inter-node butterfly's
+    partners (:func:`butterfly_partners`, cycled), each step's posts bound once and
+    started together as recursive doubling's and Rabenseifner's are: the median over
+    ``calls`` calls of the slowest rank's. Each call starts after ``comm.Barrier()``, the
+    barrier the harness's timed loop waits in (not :func:`_quiet_barrier`: how late the
+    ranks leave it is part of what is measured). Collective."""
+    partners = butterfly_partners(comm.rank, comm.size // g, g)
+    empty = np.zeros(1, dtype=np.uint8)[:0]
+    plans = [
+        _persistent(comm, [(peer, empty)], [(peer, empty)], tag=10)
+        for peer in (partners[k % len(partners)] for k in range(steps if partners else 0))
+    ]
+
+    def body() -> None:
+        for reqs in plans:
+            _start_wait(reqs)
+
+    body()  # the connections, warm
+    times = []
+    for _ in range(calls):
+        comm.Barrier()
+        t0 = _now()
+        body()
+        times.append(_now() - t0)
+    _free(plans)
+    return float(np.median(np.array(comm.allgather(times)).max(axis=0)))
 
 
 def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
@@ -858,6 +898,9 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     if nodes > 1:
         rounds = opts["stage_rounds"]
         add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
+        steps = len(butterfly_partners(0, nodes, g))
+        for k in (steps, 2 * steps):
+            add("chain", "scaleout", k, 0, _chain_calls(comm, g, k, rounds), rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         secs = put_rounds(comm, g, opts["dtype"], reps, 5)
@@ -897,7 +940,8 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     over n; ``exchange_GBps`` = one direction's bytes over the ``exchange`` time less one
     latency (only where it is below one NIC's stream: otherwise an exchange costs what a
     one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two
-    posts; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
+    posts; ``butterfly_step_us`` / ``butterfly_call_us`` = the slope and intercept of the
+    ``chain`` calls over their steps; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
     = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`);
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
@@ -1029,6 +1073,18 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
         f"an empty exchange round with a rail partner, all ranks at once ({stage:.4g} us), "
         "less one latency and two posts"
     )
+    chains = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "chain")
+    if len(chains) > 1 and chains[-1][0] > chains[0][0]:  # calibrations before it have none
+        (k1, t1), (k2, t2) = chains[0], chains[-1]
+        step = max((t2 - t1) / (k2 - k1), 0.0)
+        c["butterfly_step_us"] = step
+        c["butterfly_call_us"] = max(t1 - k1 * step, 0.0)
+        why["butterfly_step_us"] = (
+            f"calls of k empty exchanges with butterfly partners across nodes, every rank "
+            f"at once, each after a barrier (k = {k1}: {t1:.4g} us, k = {k2}: {t2:.4g} us, "
+            "the slowest rank): the slope over k"
+        )
+        why["butterfly_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
     put = _one(points, "put")
     if put is not None:  # profiles written before the put point have none
         c["put_us"] = max(put["time_us"] - lat, 0.0)
