@@ -92,7 +92,7 @@ Nothing is taken from the collectives the profile is used to predict. The points
     rank of this one's index on node ``n ^ 2^j``, j cycling), every rank at once, each
     call after MPI's barrier as in the harness's timed loop, k = log2 of the nodes and
     twice that (recursive doubling's and Rabenseifner's step counts): the slowest rank's
-    call. Its slope over k is what one butterfly step costs, its intercept what the call
+    call (median of ``--stage-rounds`` calls). Its slope over k is what one butterfly step costs, its intercept what the call
     pays once (how late the ranks come to it and the slowest rank's end). The ``stage``
     round costs more per step on the emulated 8x1 (139 against 55-97 us): its partners
     shift, so each round waits on a chain of ranks, where a butterfly's pair waits only
@@ -1444,7 +1444,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
                    help="measure only a step's fixed costs (the 8 B ping-pongs, the posting "
-                   "cost, the empty stage round, the put step) and write PROFILE, a "
+                   "cost, the empty stage round, the butterfly chains, the put step) and "
+                   "write PROFILE, a "
                    "calibrated one, with those fitted again and every other constant kept "
                    "(its raw points file supplies the rest; --base is not used)")  # fmt: skip
 
