@@ -42,7 +42,6 @@ def points(
     flows=None,
     exchange=None,
     put_exchange=None,
-    put_exchange_small=None,
     burst=None,
     held=None,
     queue=None,
@@ -79,9 +78,6 @@ def points(
         out.append(q("exchange", "scaleout", p, s, lat + s / (exchange * 1e3)))
     if put_exchange is not None:  # cells put both ways at once at `put_exchange` GB/s
         out.append(q("put-exchange", "scaleout", p, s, lat + s / (put_exchange * 1e3)))
-    if put_exchange_small is not None:  # the same at an eighth of the bytes
-        b = s // cal.PUT_EXCHANGE_SMALLER
-        out.append(q("put-exchange", "scaleout", p, b, lat + b / (put_exchange_small * 1e3)))
     if burst is not None:  # a token bucket of `burst` bytes, full after the idle
         woken = 4 * lat  # a round trip woken from idle costs more than a busy one
         out += [q("burst", "scaleout", 1, b, woken + max(b - burst, 0) / (nic * 1e3))
@@ -146,13 +142,6 @@ def test_fit_recovers_the_constants_it_was_given():
     c, why = cal.fit(points(put_exchange=0.01), gpus_per_node=2, nranks=4)
     assert c["put_exchange_GBps"] == pytest.approx(0.01, rel=1e-3)
     assert "NVRAR" in why["put_exchange_GBps"]
-    assert "put_exchange_bytes_GBps" not in c  # one size measured
-    c, why = cal.fit(points(put_exchange=0.01, put_exchange_small=0.008), gpus_per_node=2,
-                     nranks=4)  # fmt: skip
-    assert c["put_exchange_GBps"] == pytest.approx(0.01, rel=1e-3)  # at --bytes
-    assert c["put_exchange_bytes_GBps"] == [[131072, pytest.approx(0.008, rel=1e-3)],
-                                            [1 << 20, pytest.approx(0.01, rel=1e-3)]]  # fmt: skip
-    assert set(why) == set(c)
 
 
 @pytest.mark.parametrize("apart", [True, False])
@@ -300,8 +289,6 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
     for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
         assert set(df[df["kind"] == kind]["bytes"]) == {64 << 10, 256 << 10}
-    assert set(df[df["kind"] == "put-exchange"]["bytes"]) == {64 << 10, 8 << 10}
-    assert sorted(df[df["kind"] == "chain"]["peers"]) == [1, 2]  # 2 nodes: 1 and 2 steps
     spread = df[df["kind"].isin(["allnics", "nics", "flows"])]
     assert list(df[df["kind"] == "nics"]["peers"]) == [2]  # 2 of 4 NICs (4: allnics)
     assert (spread["median_rank_us"] > 0).all()  # the median rank's time beside the slowest
@@ -607,18 +594,6 @@ def test_an_exchange_is_capped_where_a_one_way_flow_is_not():
     assert ar_model.recursive_doubling(n, 8, puts).time_us == pytest.approx(
         ar_model.recursive_doubling(n, 8, slow).time_us
     )
-    # measured at two sizes, a step reads the rate at its own (flat beyond the ends)
-    sized = puts.with_(put_exchange_sizes=((1 << 17, 0.006), (1 << 20, 0.012)))
-    assert sized.put_exchange_rate(1 << 20) == pytest.approx(0.012)
-    assert sized.put_exchange_rate(1 << 14) == pytest.approx(0.006)
-    assert sized.put_exchange_rate(1 << 18) == pytest.approx(0.008)  # a third of the way
-    assert puts.put_exchange_rate(1 << 14) == 0.012  # one size: that rate
-    small = 16 << 10  # steps of 32 KiB of cells each way (LL8: twice the data)
-    assert ar_model.nvrar(small, 8, sized).time_us == pytest.approx(
-        ar_model.nvrar(small, 8, puts.with_(put_exchange_GBps=0.006)).time_us
-    )
-    with pytest.raises(ValueError, match="put_exchange_sizes"):
-        puts.with_(put_exchange_sizes=((1 << 20, 0.01), (1 << 17, 0.008)))
 
 
 def test_nics_points_are_cycles_of_k_ranks_across_nodes():

@@ -500,10 +500,7 @@ def _butterfly(
     i = np.arange(p2)
     for bit, wire, red in steps:
         j = i ^ (1 << bit)
-        rate = exchange
-        if one_sided and fabric.put_exchange_sizes:  # measured at several sizes
-            rate = fabric.put_exchange_rate(wire / nic_share)
-        cost = link(i, j, wire, rate)
+        cost = link(i, j, wire, exchange)
         t[:p2] = np.maximum(t[i], t[j]) + cost + fabric.reduce_time_us(red)
     if hi.size:
         back = link(lo, hi, fold[0], None)

@@ -156,10 +156,6 @@ class Fabric:
     #: the same for one-sided puts of cells both ways at once (NVRAR's cpu inter-node
     #: steps), in wire bytes; inf: ``exchange_GBps``
     put_exchange_GBps: float = math.inf
-    #: ``((bytes each way, GB/s), ...)``: that rate measured at several sizes, read at a
-    #: step's bytes (log axis, flat beyond the ends); empty: ``put_exchange_GBps`` at any
-    #: size (:meth:`put_exchange_rate`)
-    put_exchange_sizes: tuple = ()
     #: bytes a NIC passes at once after an idle spell before its rate limits them: the
     #: depth of a token bucket refilled at ``nic_GBps`` (tc tbf's ``burst`` on the
     #: emulated cluster; 0, the default, on a NIC that sends every byte at its rate)
@@ -204,17 +200,6 @@ class Fabric:
                 )
         object.__setattr__(self, "_flow_caps", _curves(self, "fabric_flows", "GB/s > 0", math.inf))
         object.__setattr__(self, "_tails", _curves(self, "fabric_tail", "stretch >= 1", 1.0))
-        sizes = tuple(tuple(float(x) for x in pair) for pair in self.put_exchange_sizes)
-        if sizes and (
-            {len(pair) for pair in sizes} != {2}
-            or not all(b > 0 and 0 < r < math.inf for b, r in sizes)
-            or [b for b, _ in sizes] != sorted({b for b, _ in sizes})
-        ):
-            raise ValueError(
-                "fabric: put_exchange_sizes must be (bytes > 0, GB/s > 0) pairs in "
-                f"increasing bytes, once each (got {self.put_exchange_sizes!r})"
-            )
-        object.__setattr__(self, "put_exchange_sizes", sizes)
         for name in (
             "nic_us",
             "scaleup_us",
@@ -306,18 +291,6 @@ class Fabric:
         if message_bytes is not None:
             stretch = np.where(np.asarray(message_bytes) <= self.nic_eager_bytes, 1.0, stretch)
         return t * stretch
-
-    def put_exchange_rate(self, nbytes: float) -> float:
-        """One direction's GB/s of a put exchange of ``nbytes`` (wire bytes each way):
-        ``put_exchange_sizes`` read at those bytes where measured at several sizes, else
-        ``put_exchange_GBps``. On the emulated 8x1 NVRAR's cells moved at 8.7-9.0 MB/s
-        in 128 KiB and 9.1-9.7 in 1 MiB (calibrate at ``--bytes`` 128K and 1M, twice
-        each, one after the other): a step's own size sets its rate."""
-        if not self.put_exchange_sizes:
-            return self.put_exchange_GBps
-        at = math.log(max(float(nbytes), 1.0))
-        sizes = self.put_exchange_sizes
-        return float(np.interp(at, [math.log(b) for b, _ in sizes], [r for _, r in sizes]))
 
     def exchange_time_us(self, nbytes, rate_GBps: float | None = None) -> np.ndarray | float:
         """Time for ``nbytes`` one way of an exchange with one peer (both ways at once), at

@@ -54,9 +54,7 @@ class FabricTable(BaseModel):
       per doubling of their number, measured by ``commbench calibrate``); ``exchange_GBps``
       (one direction of an exchange with one peer, both directions at once, where that is
       below a one-way flow's rate: measured by ``commbench calibrate``) and
-      ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps)
-      with ``put_exchange_bytes_GBps`` (``[[bytes each way, GB/s], ...]``: that rate at
-      several sizes, where measured: a step's rate is read at its bytes);
+      ``put_exchange_GBps`` (the same for one-sided puts of cells, NVRAR's cpu steps);
       ``scaleout_burst_bytes`` (what one NIC passes at once after an idle spell before
       its rate applies: a token bucket's depth, measured by ``commbench calibrate``
       where a NIC is shaped by one, as the emulated cluster's are);
@@ -100,7 +98,6 @@ class FabricTable(BaseModel):
     fabric_tail: list[list[float]] | None = None
     exchange_GBps: float | None = Field(None, gt=0)
     put_exchange_GBps: float | None = Field(None, gt=0)
-    put_exchange_bytes_GBps: list[list[float]] | None = None
     scaleout_burst_bytes: float | None = Field(None, ge=0)
     scaleup_eager_bytes: float | None = Field(None, ge=0)
     scaleout_eager_bytes: float | None = Field(None, ge=0)
@@ -156,8 +153,6 @@ class FabricTable(BaseModel):
             values["fabric_flows"] = tuple(tuple(pair) for pair in self.fabric_flows_GBps)
         if self.fabric_tail is not None:
             values["fabric_tail"] = tuple(tuple(row) for row in self.fabric_tail)
-        if self.put_exchange_bytes_GBps is not None:
-            values["put_exchange_sizes"] = tuple(tuple(p) for p in self.put_exchange_bytes_GBps)
         case = flow_control or self.flow_control
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)

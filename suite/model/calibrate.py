@@ -111,9 +111,7 @@ Nothing is taken from the collectives the profile is used to predict. The points
     every rank paired with the rank of its index on another node puts ``--bytes`` of
     8-byte cells into its partner's RMA window, both of a pair at once, in the chunks
     NVRAR's cpu backend uses, and polls until it sees all of its partner's: the rate of
-    one direction of NVRAR's inter-node step, ``put_exchange_GBps`` (wire bytes); again
-    with an eighth of the bytes (``put_exchange_bytes_GBps``: the rate at both sizes,
-    which NVRAR's steps of 16-128 KiB of cells read at their own).
+    one direction of NVRAR's inter-node step, ``put_exchange_GBps`` (wire bytes).
 ``reduce``
     one rank reduces ``--bytes`` of the all-reduce's element type into a buffer
     (:func:`commbench.kernels.reduce.reduce_into`): the reduction rate.
@@ -173,9 +171,6 @@ STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_
              "butterfly_step_us", "butterfly_call_us")  # fmt: skip
 #: the point kinds they are fitted from (:func:`fit`)
 STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "chain")
-
-#: the second ``put-exchange`` point moves ``--bytes`` over this (128 KiB at the default)
-PUT_EXCHANGE_SMALLER = 8
 
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
@@ -914,9 +909,8 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         return points
     if nodes > 1:
         busy = busy_pairs(p, g, "scaleout")
-        for size in (nbytes, nbytes // PUT_EXCHANGE_SMALLER):
-            secs = _put_exchange(comm, g, busy, size, reps)
-            add("put-exchange", "scaleout", 2 * len(busy), size, secs, reps)
+        secs = _put_exchange(comm, g, busy, nbytes, reps)
+        add("put-exchange", "scaleout", 2 * len(busy), nbytes, secs, reps)
     dtype = opts["dtype"]
     secs = _reduce_seconds(nbytes, dtype, reps) if comm.rank == 0 else 0.0
     add("reduce", "local", 1, nbytes, comm.bcast(secs, root=0), reps)
@@ -1042,18 +1036,7 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
          "B of 8 B cells into their partner's window on another node, both of a pair at "
          "once, as NVRAR's cpu backend does"),
     ):  # fmt: skip
-        sized = sorted((q for q in points if q["kind"] == kind), key=lambda q: q["bytes"])
-        rate = _exchange_rate(sized[-1] if sized else None, lat, ref, ref_point)
-        if rate is not None and kind == "put-exchange" and len(sized) > 1:
-            c["put_exchange_bytes_GBps"] = [
-                [q["bytes"], _round(q["bytes"] / max(q["time_us"] - lat, 1e-3) / 1e3)]
-                for q in sized
-            ]
-            why["put_exchange_bytes_GBps"] = (
-                "the same puts of b B (b = "
-                + ", ".join(str(q["bytes"]) for q in sized)
-                + "): their bytes over their time less one latency"
-            )
+        rate = _exchange_rate(_one(points, kind), lat, ref, ref_point)
         if rate is not None:  # points of a calibrate before these kinds have none
             one_way, q = rate
             c[key] = one_way
