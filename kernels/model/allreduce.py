@@ -456,7 +456,7 @@ def _butterfly(
     otherwise an empty round's (:func:`_two_sided_step_us`) and a latency: that round's
     partners shift, so it waits on a chain of ranks where a butterfly's pair waits on
     itself, and its cost holds the ranks' lateness at every step (on the emulated 8x1
-    139 us a round against 55-97 a butterfly step).
+    139-152 us a round against 86-109 a butterfly step).
     Each participant's NIC keeps its token bucket (``nic_burst_bytes``) from step to
     step, ``tokens`` at the start (None: full) and refilled while no bytes of its own
     cross.

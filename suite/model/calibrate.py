@@ -92,11 +92,11 @@ Nothing is taken from the collectives the profile is used to predict. The points
     rank of this one's index on node ``n ^ 2^j``, j cycling), every rank at once, each
     call after MPI's barrier as in the harness's timed loop, k = log2 of the nodes and
     twice that (recursive doubling's and Rabenseifner's step counts): the slowest rank's
-    call (median of ``--stage-rounds`` calls). Its slope over k is what one butterfly step costs, its intercept what the call
-    pays once (how late the ranks come to it and the slowest rank's end). The ``stage``
-    round costs more per step on the emulated 8x1 (139 against 55-97 us): its partners
-    shift, so each round waits on a chain of ranks, where a butterfly's pair waits only
-    on itself.
+    call (median of ``--stage-rounds`` calls). Its slope over k is what one butterfly
+    step costs, its intercept what the call pays once (how late the ranks come to it and
+    the slowest rank's end). The ``stage`` round costs more per step on the emulated 8x1
+    (139-152 us against a slope of 86-109): its partners shift, so each round waits on a
+    chain of ranks, where a butterfly's pair waits only on itself.
 ``put``
     one step of NVRAR's inter-node recursive doubling on one LL8 cell (8 B): every rank
     packs the cell with the call's flag, puts it into the MPI RMA window (passive target,
