@@ -115,8 +115,10 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     and receives), ``late_us`` (the partner's posts ended this long after this rank's;
     negative when it was first), ``after_both_us`` (this rank's wait ended this long
     after the later of the two posts: the exchange itself once both are in) and
-    ``step_us`` (start of the posts to the end of the wait). Needs ``loop_start_us``
-    (ranks that read one clock: one machine); steps without both spans are left out."""
+    ``step_us`` (start of the posts to the end of the wait). A step with several post
+    or wait spans (NVRAR waits chunk by chunk) counts from its first post's start, its
+    last post's end and its last wait's end. Needs ``loop_start_us`` (ranks that read
+    one clock: one machine); steps without both kinds of span are left out."""
     cols = ("run_id", "point", "inplace", "call", "step", "rank")
     out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "step_us")
     s = spans[spans["kind"].isin(("post", "wait")) & (spans["step"] >= 0)]
@@ -128,8 +130,12 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
         raise ValueError("exchange_lateness needs loop_start_us (timelines written since it)")
     s = s.assign(at_start=origin + s["start_us"], at_end=origin + s["end_us"])
     key = list(cols)
-    post = s[s["kind"] == "post"][[*key, "at_start", "at_end"]]
-    wait = s[s["kind"] == "wait"][[*key, "at_end"]].rename(columns={"at_end": "done"})
+    post = (
+        s[s["kind"] == "post"]
+        .groupby(key, as_index=False)
+        .agg(at_start=("at_start", "min"), at_end=("at_end", "max"))
+    )
+    wait = s[s["kind"] == "wait"].groupby(key, as_index=False).agg(done=("at_end", "max"))
     d = post.merge(wait, on=key)
     step_distance = np.asarray(distances, dtype=np.int64)[d["step"].to_numpy(dtype=np.int64)]
     d["partner"] = d["rank"].to_numpy(dtype=np.int64) ^ step_distance

@@ -135,6 +135,11 @@ def test_exchange_lateness_lines_up_the_two_ranks_of_an_exchange():
     np.testing.assert_allclose(got["step_us"], [78, 10])
     with pytest.raises(ValueError, match="loop_start_us"):
         exchange_lateness(spans.assign(loop_start_us=None), [1])
+    # waits chunk by chunk (NVRAR): the step ends with its last
+    chunked = pd.concat([spans, pd.DataFrame([span(0, "wait", 80, 90, 0.0)])])
+    got = exchange_lateness(chunked, [1]).set_index("rank")
+    np.testing.assert_allclose(got["after_both_us"], [60, 5])
+    np.testing.assert_allclose(got["step_us"], [88, 10])
 
 
 def test_exchange_lateness_of_a_recorded_butterfly(latency):
