@@ -14,7 +14,8 @@ which tile it (see :mod:`commbench.kernels.timeline`); library baselines have on
 per point and kind (the report's table); :func:`figure_8` draws one call per point as a
 Gantt chart, one row per rank; :func:`exchange_lateness` lines up the two ranks of each
 exchange of a butterfly (how late the partner came, what the exchange took once both
-were in).
+were in) and :func:`lateness_table` sums that up per point (``python -m
+commbench.benchmarks.lateness`` prints it).
 """
 
 from __future__ import annotations
@@ -146,6 +147,26 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     d["after_both_us"] = d["done"] - np.maximum(d["at_end"], d["their_end"])
     d["step_us"] = d["done"] - d["at_start"]
     return d[list(out_cols)].reset_index(drop=True)
+
+
+def lateness_table(points: pd.DataFrame, spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame:
+    """One row per point of :func:`exchange_lateness`'s medians over ranks, calls and
+    steps: the point's measured ``time_us``, ``step_us``, ``post_us``; over the rows
+    whose partner posted later (the rank that waited) ``late_us`` and ``after_both_us``
+    (the exchange once both were in), and ``last_after_both_us`` over the rows of the
+    rank that posted last."""
+    cols = ("run_id", "point", "impl", "size_bytes", "time_us", "step_us", "post_us",
+            "late_us", "after_both_us", "last_after_both_us")  # fmt: skip
+    d = exchange_lateness(spans, distances)
+    rows = []
+    for (run, point), part in d.groupby(["run_id", "point"], sort=False):
+        rec = points[(points["run_id"] == run) & (points["point"] == point)].iloc[0]
+        waited, last = part[part["late_us"] > 0], part[part["late_us"] <= 0]
+        rows.append((run, point, rec["impl"], int(rec["size_bytes"]), float(rec["time_us"]),
+                     part["step_us"].median(), part["post_us"].median(),
+                     waited["late_us"].median(), waited["after_both_us"].median(),
+                     last["after_both_us"].median()))  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
 
 
 def median_call(spans: pd.DataFrame) -> int:

@@ -15,6 +15,7 @@ from commbench.analysis.report import write_report
 from commbench.analysis.timeline import (
     exchange_lateness,
     figure_8,
+    lateness_table,
     load_timeline,
     timeline_breakdown,
 )
@@ -152,6 +153,26 @@ def test_exchange_lateness_of_a_recorded_butterfly(latency):
     pairs = got.merge(got, left_on=["call", "step", "rank"], right_on=["call", "step", "partner"])
     assert (pairs["partner_x"] == pairs["rank_y"]).all()
     np.testing.assert_allclose(pairs["late_us_x"], -pairs["late_us_y"])
+
+
+def test_lateness_table_sums_a_recorded_butterfly_per_point(latency, driver_runs, capsys):
+    """One row per point with the record's time; the CLI prints it, and says in one line
+    what is wrong with a file without timeline steps."""
+    from commbench.benchmarks import lateness
+
+    points, spans, _ = latency
+    mine = points[points["impl"] == "recursive-doubling"]
+    table = lateness_table(mine, spans[spans["impl"] == "recursive-doubling"], [1, 2, 4])
+    assert len(table) == len(mine) == 1
+    row = table.iloc[0]
+    assert row["time_us"] == pytest.approx(float(mine.iloc[0]["time_us"]))
+    assert 0 <= row["post_us"] <= row["step_us"] and row["late_us"] > 0
+    path = driver_runs.tmp / "timeline" / "latency.jsonl"
+    assert lateness.main([str(path), "--distances", "1,2,4"]) == 0
+    assert "recursive-doubling" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        lateness.main([str(path), "--distances", "0,2"])
+    assert stop.value.code == 2 and "at least 1" in capsys.readouterr().err
 
 
 def test_pipelined_calls_are_stamped_back_to_back(driver_runs):

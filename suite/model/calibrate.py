@@ -199,14 +199,18 @@ def median_round(comm, body, reps: int) -> float:
     return round_spread(comm, body, reps)[0]
 
 
-def round_spread(comm, body, reps: int, ranks: list[int] | None = None) -> tuple[float, float]:
+def round_spread(
+    comm, body, reps: int, ranks: list[int] | None = None, barrier: Any = None
+) -> tuple[float, float]:
     """``(slowest, median rank)``: the median over ``reps`` rounds of the slowest rank's
     time for ``body()`` and of the median rank's among ``ranks`` (default: all; the
-    ones that take part), rounds as :func:`median_round`. Their ratio is the tail of
-    ranks doing the same at once: what the slowest of them loses beside the others."""
+    ones that take part), rounds as :func:`median_round` (``barrier``: what each round
+    starts after, default :func:`_quiet_barrier`). Their ratio is the tail of ranks
+    doing the same at once: what the slowest of them loses beside the others."""
+    wait = barrier or (lambda: _quiet_barrier(comm))
     times = []
     for _ in range(reps):
-        _quiet_barrier(comm)
+        wait()
         t0 = _now()
         body()
         times.append(_now() - t0)
@@ -494,14 +498,9 @@ def _chain_calls(comm, g: int, steps: int, calls: int) -> float:
             _start_wait(reqs)
 
     body()  # the connections, warm
-    times = []
-    for _ in range(calls):
-        comm.Barrier()
-        t0 = _now()
-        body()
-        times.append(_now() - t0)
+    secs = round_spread(comm, body, calls, barrier=comm.Barrier)[0]
     _free(plans)
-    return float(np.median(np.array(comm.allgather(times)).max(axis=0)))
+    return secs
 
 
 def _posts(comm, a: int, b: int, n: int, reps: int) -> float:
