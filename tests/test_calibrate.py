@@ -862,41 +862,54 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
     assert ar_model._inter_bcast(1024, 8, f)[0] == "binomial"
     assert ar_model._inter_bcast(65536, 8, f)[0] == "chain"
     # one segment: the four sub-collectives one after the other; the root of the
-    # reduce-scatter + gather sends its halves and receives them and the gather, the two
-    # directions of its NIC side by side
+    # reduce-scatter + gather exchanges its halves (each step the longer direction) and
+    # receives the gather; `received` is that path, `sent` its NIC's share of it
     n = 4096
-    _, serial, sent, received, _ = ar_model._inter_reduce(n, 4, f)
+    _, serial, sent, received, _, _ = ar_model._inter_reduce(n, 4, f)
     assert received > sent > 0
     _, lat, copies, nothing, _ = ar_model._inter_bcast(n, 4, f)  # linear: root sends
     assert copies > 0 and nothing == 0
     parts = (ar_model._intra_tree(n, f, reduce=True), serial + received, lat + copies,
              ar_model._intra_tree(n, f, reduce=False))  # fmt: skip
     assert ar_model.han(n, 4, f).time_us == pytest.approx(f.stage_us + sum(parts))
-    # a token bucket: a broadcast from a full bucket, its three copies back to back,
+    # token buckets: a broadcast from a full bucket, its three copies back to back,
     # refilling only while each is posted
-    bucket = f.with_(nic_burst_bytes=2.5 * n)
-    _, _, copies, _, left = ar_model._inter_bcast(n, 4, bucket, 2.5 * n)
+    depth = 2.5 * n
+    bucket = f.with_(nic_burst_bytes=depth)
+    _, _, copies, _, left = ar_model._inter_bcast(n, 4, bucket, depth)
     refill = 2 * bucket.msg_us * bucket.nic_GBps * 1e3
-    assert copies == pytest.approx(bucket.nic_time_us(3 * n - 2.5 * n - refill)) and left == 0
-    _, _, _, received, left = ar_model._inter_reduce(n, 4, bucket, 2.5 * n)
-    assert received == 0 and left > 0  # the reduce's halves all within the bucket
+    assert copies == pytest.approx(bucket.nic_time_us(3 * n - depth - refill)) and left == 0
     _, _, busy, _, _ = ar_model._inter_bcast(n, 4, bucket)  # from an empty bucket
     assert busy > copies
-    assert ar_model.han(n, 4, bucket).time_us < ar_model.han(n, 4, f).time_us
-    # the timed loop: a call finds the buckets as the previous call's broadcast left
-    # them (empty here), refilled over the last intra-node broadcast and the barrier
-    idle = ar_model._intra_tree(n, bucket, reduce=False) + ar_model._barrier_us(bucket, 4)
-    first = min(2.5 * n, idle * bucket.nic_GBps * 1e3)
-    _, serial, sent, received, left = ar_model._inter_reduce(n, 4, bucket, first)
-    _, lat, copies, _, _ = ar_model._inter_bcast(n, 4, bucket, left)
-    parts = (ar_model._intra_tree(n, bucket, reduce=True), serial + received, lat + copies,
-             ar_model._intra_tree(n, bucket, reduce=False))  # fmt: skip
-    assert ar_model.han(n, 4, bucket).time_us == pytest.approx(bucket.stage_us + sum(parts))
+    # the reduce pays two sets: the root's NIC what it sends, the buckets on its way in
+    # (its switch port, the senders' NICs) what it receives; 1.5 n come in, 0.75 n go out
+    _, _, sent, received, left, inbound = ar_model._inter_reduce(n, 4, bucket, depth, depth)
+    assert sent == received == 0 and depth - 1.5 * n < inbound < depth  # refilled between
+    assert left == depth  # refilled while the gather came in
+    _, _, _, empty, left, _ = ar_model._inter_reduce(n, 4, bucket, 0.0, 0.0)
+    _, _, sent, received, _, _ = ar_model._inter_reduce(n, 4, bucket, 0.0, depth)
+    assert 0 < received < empty and sent == received  # the halves out set the pace
+    assert 0 < left < depth  # the root's NIC rests through the gather
+    # the timed loop: a call finds the buckets as the previous call left them, the
+    # root's NIC drained by its broadcast, the inbound ones rested through it; so it is
+    # slower than a rested call and faster than one from empty buckets
+    n, depth = 16384, 12288.0
+    bucket = f.with_(nic_burst_bytes=depth)
+
+    def one_call(root: float, inbound: float) -> float:
+        _, serial, sent, received, left, _ = ar_model._inter_reduce(n, 4, bucket, root, inbound)
+        _, lat, copies, _, _ = ar_model._inter_bcast(n, 4, bucket, left)
+        return bucket.stage_us + sum((ar_model._intra_tree(n, bucket, reduce=True),
+                                      serial + max(sent, received), lat + copies,
+                                      ar_model._intra_tree(n, bucket, reduce=False)))  # fmt: skip
+
+    looped = ar_model.han(n, 4, bucket).time_us
+    assert one_call(depth, depth) < looped < one_call(0.0, 0.0)
     # many segments: the pipeline costs about one iteration per segment, the inter-node
     # side being the longer here: the reduce's and the broadcast's sends add up on the
     # leader's NIC against the reduce's receives
     seg = ar_model.HAN_SEGMENT_BYTES
-    _, serial, sent, received, _ = ar_model._inter_reduce(seg, 4, f)
+    _, serial, sent, received, _, _ = ar_model._inter_reduce(seg, 4, f)
     _, lat, copies, _, _ = ar_model._inter_bcast(seg, 4, f)
     per_seg = max(serial, lat) + max(sent + copies, received)
     t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))

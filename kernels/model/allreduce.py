@@ -139,13 +139,20 @@ def _paid(
     return paid, float(tokens)
 
 
-def _inter_reduce(s: float, nodes: int, fabric: Fabric,
-                  tokens: float = 0.0) -> tuple[str, float, float, float, float]:  # fmt: skip
+def _inter_reduce(s: float, nodes: int, fabric: Fabric, tokens: float = 0.0,
+                  inbound: float = 0.0) -> tuple[str, float, float, float, float, float]:  # fmt: skip
     """libnbc's ``MPI_Ireduce`` of s bytes to leader 0 among ``nodes`` leaders (HAN's up
-    level): ``(algorithm, serial part, sent, received, tokens left)`` of the root's path:
-    its latencies and reductions, and the wire time of what its NIC sends and receives
-    (the two directions of a NIC run side by side). Every leader's NIC sends the same
-    sequence as the root's partners, from ``tokens`` in its bucket (:func:`_paid`).
+    level): ``(algorithm, serial part, sent, received, tokens left, inbound left)`` of
+    the root's path: its latencies and reductions, and the wire time of what its NIC
+    sends and receives (the two directions of a NIC run side by side).
+
+    Two sets of token buckets (:func:`_paid`): ``tokens``, the root's NIC's, pays what
+    the root sends (and the broadcast after); ``inbound``, those on the way in, pays what
+    it receives: its switch port's, which meets every message the root receives in
+    turn, and the sending leaders' NICs', each meeting a prefix of the same sequence.
+    Both idle while the root broadcasts, so a call's reduce finds them as the previous
+    call's reduce left them refilled over its broadcast, where the root's own NIC has
+    just sent every copy; the root's NIC rests in turn while the reduce comes in.
 
     libnbc's choice (``nbc_ireduce.c``, commutative op): reduce-scatter + gather when
     nodes > 2 and the count reaches half the next power of two; else binomial when
@@ -153,39 +160,90 @@ def _inter_reduce(s: float, nodes: int, fabric: Fabric,
     """
     post, alpha = fabric.msg_us, fabric.nic_us
 
-    def wire(paid: float, concurrent: int, message: float, exchange: bool = False) -> float:
-        t = float(fabric.wire_time_us(paid, concurrent, message_bytes=message))
-        return float(max(t, fabric.exchange_time_us(paid)) if exchange else t)
+    def wire(paid: float, concurrent: int, message: float) -> float:
+        return _wire(fabric, paid, concurrent, message)
 
     pof2 = 1 << _ceil_log2(nodes + 1) >> 1  # opal_next_poweroftwo(p) >> 1
     if nodes > 2 and s / HAN_ELEMENT_BYTES >= pof2:
-        p2 = 1 << _log2_floor(nodes)
-        serial = sent = received = 0.0
-        if p2 < nodes:  # extra leaders fold in first
-            serial += post + alpha + float(fabric.reduce_time_us(s))
-            received += wire(_paid(fabric, [s], tokens)[0][0], nodes - p2, s)
-        k = _log2_floor(p2)
-        halves = [s / 2 ** (i + 1) for i in range(k)]
-        paid, left = _paid(fabric, halves, tokens)
-        for i, half in enumerate(halves):  # recursive halving, then the binomial gather back
-            serial += 2 * (post + alpha) + float(fabric.reduce_time_us(half))
-            sent += wire(paid[i], p2, half, exchange=True)
-            # the gather's piece comes from a leader that sent its halves before it
-            piece = _paid(fabric, [*halves, half], tokens)[0][-1]
-            received += wire(paid[i], p2, half, exchange=True) + wire(piece, p2, half)
-        return "reduce-scatter+gather", serial, sent, received, left
-    if nodes > 4 or s < 65536:
+        return _reduce_scatter_gather(s, nodes, fabric, tokens, inbound)
+    if nodes > 4 or s < 65536:  # the root only receives, a message a step
         steps = _ceil_log2(nodes)
         serial = steps * (post + alpha + float(fabric.reduce_time_us(s)))
-        (paid,), left = _paid(fabric, [s], tokens)  # each leader sends once
-        return "binomial", serial, 0.0, steps * wire(paid, nodes // 2, s), left
+        arrive, in_left = _paid(fabric, [s] * steps, inbound)
+        received = sum(wire(b, nodes // 2, s) for b in arrive)
+        left = _rested(fabric, tokens, serial + received)
+        return "binomial", serial, 0.0, received, left, in_left
     seg = min(8192.0, s)
     nseg = max(1, math.ceil(s / seg))
-    paid, left = _paid(fabric, [seg] * nseg, tokens)
-    hops = [wire(b, nodes - 1, seg) + float(fabric.reduce_time_us(seg)) for b in paid]
+    arrive, in_left = _paid(fabric, [seg] * nseg, inbound)
+    hops = [wire(b, nodes - 1, seg) + float(fabric.reduce_time_us(seg)) for b in arrive]
     serial = (nodes - 1) * (post + alpha) + (nseg - 1) * post
     # the first segment crosses every hop, the others follow it one hop apart
-    return "chain", serial, 0.0, (nodes - 1) * hops[0] + sum(hops[1:]), left
+    received = (nodes - 1) * hops[0] + sum(hops[1:])
+    left = _rested(fabric, tokens, serial + received)
+    return "chain", serial, 0.0, received, left, in_left
+
+
+def _wire(fabric: Fabric, paid: float, concurrent: int, message: float,
+          exchange: bool = False) -> float:  # fmt: skip
+    """Wire time of a HAN message of ``message`` bytes whose ``paid`` bytes pay the NIC's
+    rate, ``concurrent`` such messages crossing at once; an exchange's direction lasts
+    at least its bytes over ``exchange_GBps``."""
+    t = float(fabric.wire_time_us(paid, concurrent, message_bytes=message))
+    return float(max(t, fabric.exchange_time_us(paid))) if exchange else t
+
+
+def _rested(fabric: Fabric, tokens: float, idle_us: float) -> float:
+    """A bucket of ``tokens`` refilled over ``idle_us``."""
+    return float(fabric.drain_bucket(tokens, idle_us, 0.0)[1])
+
+
+def _reduce_scatter_gather(
+    s: float, nodes: int, fabric: Fabric, tokens: float, inbound: float
+) -> tuple[str, float, float, float, float, float]:
+    """:func:`_inter_reduce`'s reduce-scatter + gather, step by step on the root's clock:
+    extra leaders fold in, then each recursive-halving step exchanges a half (the step
+    lasts the longer of its two directions, each paying its own bucket), then the
+    binomial gather brings the pieces back, smallest first, while the root's NIC rests.
+    ``received`` is the root's wire path (so ``serial + received`` is the reduce's time
+    on its own; ``sent``, what its NIC sends, adds to a pipelined broadcast's copies)."""
+    post, alpha = fabric.msg_us, fabric.nic_us
+    p2 = 1 << _log2_floor(nodes)
+    halves = [s / 2 ** (i + 1) for i in range(_log2_floor(p2))]
+    t = serial = sent = path = 0.0
+    out = [float(tokens), 0.0]  # the root's NIC: tokens, when it last sent
+    into = [float(inbound), 0.0]  # its switch port (and the senders' NICs)
+
+    def paid(bucket: list[float], nbytes: float) -> float:
+        free, bucket[0] = fabric.drain_bucket(bucket[0], t - bucket[1], nbytes)
+        return nbytes - float(free)
+
+    def receive(nbytes: float, concurrent: int, message: float) -> None:
+        nonlocal t, serial, path
+        t += post + alpha
+        serial += post + alpha
+        w = _wire(fabric, paid(into, nbytes), concurrent, message)
+        t, path = t + w, path + w
+        into[1] = t
+
+    if p2 < nodes:  # extra leaders fold in first
+        receive(s, nodes - p2, s)
+        t += float(fabric.reduce_time_us(s))
+        serial += float(fabric.reduce_time_us(s))
+    for half in halves:  # recursive halving: a half each way
+        t += post + alpha
+        serial += post + alpha
+        w_out = _wire(fabric, paid(out, half), p2, half, exchange=True)
+        w_in = _wire(fabric, paid(into, half), p2, half, exchange=True)
+        out[1], into[1] = t + w_out, t + w_in
+        sent += w_out
+        t, path = t + max(w_out, w_in), path + max(w_out, w_in)
+        t += float(fabric.reduce_time_us(half))
+        serial += float(fabric.reduce_time_us(half))
+    for half in halves[::-1]:  # the binomial gather back to the root
+        receive(half, p2, half)
+    left = _rested(fabric, out[0], t - out[1])
+    return "reduce-scatter+gather", serial, sent, path, left, float(into[0])
 
 
 def _inter_bcast(s: float, nodes: int, fabric: Fabric,
@@ -236,9 +294,11 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     reduce of segment i - 1 and broadcast of segment i - 2 progress (their latencies
     overlap; on the leader's NIC what they send adds up, what they receive adds up, and
     the two directions run side by side). An iteration lasts the longer of the two
-    sides; there are segments + 3 iterations. A leader's NIC meets the first segment
-    with its token bucket as the timed loop's previous call left it and the later ones
-    with it empty (:func:`_paid`).
+    sides; there are segments + 3 iterations. The first segment meets the token buckets
+    as the timed loop's previous call left them (:func:`_paid`): the root's NIC as its
+    broadcast left it, the buckets on its way in (its switch port, the other leaders'
+    NICs) as its reduce did, each refilled since; HAN's pipeline keeps them busy, so
+    later segments find them empty.
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -248,16 +308,17 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     seg[-1] = n - (m - 1) * seg[0]
     memo: dict = {}
 
-    def cost(kind: str, i: int, first: float) -> tuple:
-        """A sub-collective of segment i; ``first``: the leaders' bucket at the call's
-        start. The first segment's reduce starts from it, its broadcast from what the
-        reduce left; later segments find the buckets empty."""
+    def cost(kind: str, i: int, first: tuple[float, float]) -> tuple:
+        """A sub-collective of segment i; ``first``: the buckets at the call's start (the
+        root's NIC, those on its way in). The first segment's reduce starts from them,
+        its broadcast from what the reduce left of the root's; later segments find the
+        buckets empty."""
         s = float(seg[i])
-        tokens = 0.0
+        tokens = (0.0, 0.0)
         if i == 0 and kind == "ur":
             tokens = first
         elif i == 0 and kind == "ub":
-            tokens = cost("ur", 0, first)[4]
+            tokens = (cost("ur", 0, first)[4], 0.0)
         key = (kind, s, tokens)
         if key not in memo:
             if kind == "lr":
@@ -265,38 +326,46 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
             elif kind == "lb":
                 memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0, 0.0)
             elif kind == "ur":
-                memo[key] = _inter_reduce(s, nodes, fabric, tokens)
+                memo[key] = _inter_reduce(s, nodes, fabric, *tokens)
             else:
-                memo[key] = _inter_bcast(s, nodes, fabric, tokens)
+                memo[key] = _inter_bcast(s, nodes, fabric, tokens[0])
         return memo[key]
 
     def at(i: int) -> bool:
         return 0 <= i < m
 
-    def one_call(first: float) -> tuple[float, float]:
-        """The call's time and the tokens the last broadcast left."""
-        total = 0.0
+    def one_call(first: tuple[float, float]) -> tuple[float, float, float, float]:
+        """The call's time, the root's tokens its last broadcast left, the inbound
+        tokens its last reduce left and how long before the call's end that was."""
+        total = since_reduce = 0.0
         for it in range(m + 3):
             intra = sum(cost(k, i, first)[1] for k, i in (("lr", it), ("lb", it - 3)) if at(i))
             inter = [cost(k, i, first) for k, i in (("ur", it - 1), ("ub", it - 2)) if at(i)]
             inter_us = max((c[1] for c in inter), default=0.0) + max(
                 sum(c[2] for c in inter), sum(c[3] for c in inter)
             )
-            total += max(intra, inter_us)
-        return total, cost("ub", m - 1, first)[4]
+            span = max(intra, inter_us)
+            total += span
+            since_reduce = 0.0 if it == m else since_reduce + span
+        return total, cost("ub", m - 1, first)[4], cost("ur", m - 1, first)[5], since_reduce
 
-    # a call of the timed loop: the leaders' buckets as the previous call left them,
-    # refilled over its last intra-node broadcast and the barrier (:func:`_repeated`)
+    # a call of the timed loop: the root's bucket refilled over its last intra-node
+    # broadcast and the barrier, the inbound ones over everything after the last reduce
+    # and the barrier (:func:`_repeated`)
     depth = float(fabric.nic_burst_bytes)
-    idle = cost("lb", m - 1, depth)[1] + _barrier_us(fabric, nodes)
+    gap = _barrier_us(fabric, nodes)
+    idle = cost("lb", m - 1, (depth, depth))[1] + gap
 
     def step(first):
-        total, left = one_call(float(first[0]))
-        return total, np.array([fabric.drain_bucket(left, idle, 0.0)[1]], dtype=float)
+        total, left, in_left, since = one_call((float(first[0]), float(first[1])))
+        refilled = (fabric.drain_bucket(left, idle, 0.0)[1],
+                    fabric.drain_bucket(in_left, since + gap, 0.0)[1])  # fmt: skip
+        return total, np.array(refilled, dtype=float)
 
-    total = _steady_tokens(step, np.array([depth])) if depth > 0 else one_call(0.0)[0]
-    ur_alg = cost("ur", 0, depth)[0]
-    ub_alg = cost("ub", 0, depth)[0]
+    full = np.array([depth, depth])
+    total = _steady_tokens(step, full) if depth > 0 else one_call((0.0, 0.0))[0]
+    ur_alg = cost("ur", 0, (depth, depth))[0]
+    ub_alg = cost("ub", 0, (depth, depth))[0]
     info = {
         "algo": f"han({ur_alg}, {ub_alg} bcast)",
         "han_segments": m,
