@@ -62,6 +62,7 @@ def test_calibrate_then_predict_on_a_2x2_cluster(tmp_path):
     # calibrated twice: the drift of the key constants is in every row and in the table
     assert (out / "profile-2x2-deep-after.toml").exists()
     assert all("scaleout_latency_us" in r["drift"] for r in rows)
+    assert all("butterfly_step_us" in r["drift"] for r in rows)  # calibrate's chains
     assert "Calibration drift" in text
 
 

@@ -71,6 +71,8 @@ DRIFT_KEYS = {
     "stage_cost_us": "stage",
     "msg_us": "msg",
     "put_us": "put",
+    "butterfly_step_us": "bstep",
+    "butterfly_call_us": "bcall",
     "scaleup_GBps": "up",
 }
 
