@@ -789,6 +789,50 @@ def fabric_of(constants: dict) -> Fabric:
     return table.per_gpu(2)
 
 
+def test_a_lossy_fit_measures_a_timeout_and_takes_the_cap_from_one_flow_per_nic():
+    rto = 200_000.0
+    pts = [q for q in points(cap=0.02, flows={2: 0.015}) if q["kind"] != "incast"]
+    t1 = 20_000.0
+    pts += [{**pts[0], "kind": "incast", "tier": "scaleout", "peers": k, "bytes": 262144,
+             "time_us": k * t1 + rto * math.log2(k) if k > 1 else t1} for k in (1, 2, 4)]  # fmt: skip
+    lossless, _ = cal.fit(pts, gpus_per_node=2, nranks=4)
+    assert "loss_timeout_us" not in lossless and len(lossless["fabric_flows_GBps"]) == 2
+    c, why = cal.fit(pts, gpus_per_node=2, nranks=4, flow_control="lossy")
+    assert c["loss_timeout_us"] == pytest.approx(rto)
+    assert "k = 2, 4" in why["loss_timeout_us"]
+    assert "fabric_flows_GBps" not in c  # the k = 2 point lost packets: k = 1 alone
+    assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)
+    # the profile keeps it for the lossy case only
+    table = FabricTable(scaleup="s", scaleout="n", **{k: v for k, v in c.items() if k != "incast"},
+                        incast_lossy=c["incast"], incast_lossless=0.0)  # fmt: skip
+    assert table.per_gpu(2, flow_control="lossy").loss_timeout_us == pytest.approx(rto)
+    assert table.per_gpu(2, flow_control="lossless").loss_timeout_us == 0.0
+
+
+def test_loss_on_a_lossy_fabric_costs_timeouts_by_how_far_a_port_is_overrun():
+    p = 8
+    uniform = np.full((p, p), 1 << 20)
+    np.fill_diagonal(uniform, 0)
+    src, dst = np.nonzero(uniform)
+    rounds = fab.loss_rounds(src, dst, uniform[src, dst], p)
+    assert rounds == pytest.approx(np.ones(p))  # senders split evenly: one each
+    for k in (2, 4, 8):  # k full-rate senders into rank 0
+        rounds = fab.loss_rounds(np.arange(1, k + 1), np.zeros(k, int), np.full(k, 1e6), k + 1)
+        assert rounds[0] == pytest.approx(math.log2(k)) and not rounds[1:].any()
+    single = fab.loss_rounds(np.array([0, 1]), np.array([1, 0]), np.full(2, 1e6), 2)
+    assert not single.any()  # one sender a port: nothing lost
+    f = fabric(gpus_per_node=1, scaleup_GBps=math.inf, incast=1.5)
+    lossy = f.with_(loss_timeout_us=200_000.0)
+    plain = a2a_model.fanout(uniform, f.with_(incast=0.0)).time_us
+    assert a2a_model.fanout(uniform, lossy).time_us == pytest.approx(plain + 200_000.0)
+    assert a2a_model.fanout(uniform, f).time_us > plain + 200_000.0  # the byte multiplier
+    # one flow a NIC a step (a FAST stage, a spread-out step): no timeout
+    shift = np.roll(np.eye(p, dtype=np.int64), 1, axis=1) * (1 << 20)
+    assert a2a_model.spreadout(shift, lossy).time_us == pytest.approx(
+        a2a_model.spreadout(shift, f).time_us
+    )
+
+
 def test_a_nic_left_sending_alone_runs_at_its_own_rate():
     """Under a tail the rates of m NICs at once are ``stretch(m)`` slower; a NIC whose
     peers are done runs on at its own rate."""

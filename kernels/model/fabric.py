@@ -179,6 +179,10 @@ class Fabric:
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
     ll8_share: float = 0.25
+    #: a retransmission timeout (µs): where it is set (a lossy fabric, ``commbench
+    #: calibrate``), a step's flows into a NIC that two or more NICs send to at once pay
+    #: rounds of it (:func:`loss_rounds`) and no ``incast`` multiplier; 0: none
+    loss_timeout_us: float = 0.0
 
     def __post_init__(self) -> None:
         g = self.gpus_per_node
@@ -215,6 +219,7 @@ class Fabric:
             "nic_eager_bytes",
             "nic_send_buffer_bytes",
             "nic_queue_bytes",
+            "loss_timeout_us",
         ):
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
@@ -454,6 +459,27 @@ def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     return ends
 
 
+def loss_rounds(src, dst, nb, p: int) -> np.ndarray:
+    """Per receiving NIC, the rounds of loss recovery a step's flows into it pay on a
+    lossy fabric: none with one sender; with several, ``max(1, log2(overrun))``, the
+    overrun being the senders' rates into it over one NIC's when each splits its own
+    rate over its flows by their bytes (k senders each sending only to it: k). So k
+    full-rate senders into one port pay ``log2 k`` timeouts (calibrate's ``incast``
+    points on the emulated shallow queue: 196, 380 and 539 ms above k single streams
+    for k = 2, 4 and 6, 200 ms each), and a fan-out whose senders split their NICs
+    evenly pays one, for its first bursts (its 1-4 MiB points 165-260 ms above the
+    deep queue's)."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    nb = np.asarray(nb, dtype=np.float64)
+    out = np.bincount(src, nb, p)
+    share = nb / np.where(out[src] > 0, out[src], 1.0)
+    overrun = np.bincount(dst, share, p)
+    senders = np.bincount(dst, minlength=p)
+    with np.errstate(divide="ignore"):
+        rounds = np.maximum(1.0, np.log2(np.maximum(overrun, 1e-12)))
+    return np.where(senders >= 2, rounds, 0.0)
+
+
 def _equal_shares(limits: np.ndarray, total: float) -> np.ndarray:
     """``total`` split equally, no share above its limit, the excess split among the rest."""
     order = np.argsort(limits)
@@ -486,7 +512,8 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
     rate = rate * _BYTES_PER_US
     t_out = np.bincount(src, nb, p) / rate
     t_in = np.bincount(dst, nb, p) / rate
-    if incast:
+    timeouts = nic and fabric.loss_timeout_us > 0
+    if incast and not timeouts:
         senders = np.bincount(dst, minlength=p)
         extra = np.maximum(senders - 1, 0)
         t_in = t_in * (1.0 + incast * extra * _overflow(fabric, t_in * rate, senders))
@@ -507,6 +534,8 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         duration = np.maximum(duration, ends[at])
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
+    if timeouts:
+        duration = duration + fabric.loss_timeout_us * loss_rounds(src, dst, nb, p)[dst]
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration

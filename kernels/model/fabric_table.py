@@ -66,7 +66,9 @@ class FabricTable(BaseModel):
       calibrate``; None: a send returns when its bytes have arrived) and
       ``scaleout_queue_bytes`` (what such a message still has queued on its NIC ahead of
       the next one its sender starts: those bytes leave first, then the two share the NIC
-      evenly).
+      evenly); ``loss_timeout_us`` (what a round of loss recovery costs where a switch
+      port drops: a retransmission timeout, measured by ``commbench calibrate`` on a lossy
+      fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -103,6 +105,7 @@ class FabricTable(BaseModel):
     scaleout_eager_bytes: float | None = Field(None, ge=0)
     scaleout_send_buffer_bytes: float | None = Field(None, ge=0)
     scaleout_queue_bytes: float | None = Field(None, ge=0)
+    loss_timeout_us: float | None = Field(None, ge=0)
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -154,6 +157,8 @@ class FabricTable(BaseModel):
         if self.fabric_tail is not None:
             values["fabric_tail"] = tuple(tuple(row) for row in self.fabric_tail)
         case = flow_control or self.flow_control
+        if case == "lossy" and self.loss_timeout_us is not None:
+            values["loss_timeout_us"] = self.loss_timeout_us
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)
             if coefficient is None:

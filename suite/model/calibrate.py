@@ -924,7 +924,9 @@ def _one(points: list[dict], kind: str, tier: str | None = None) -> dict | None:
     return hits[0] if hits else None
 
 
-def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict]:
+def fit(
+    points: list[dict], gpus_per_node: int, nranks: int, flow_control: str = "lossless"
+) -> tuple[dict, dict]:
     """``([fabric] constants, what each was fitted from)`` from the raw points.
 
     Latency = the 8 B ping-pong's one-way time (half the round trip) with every rank
@@ -944,7 +946,11 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
     = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`);
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
-    (:func:`eager_limit`).
+    (:func:`eager_limit`). On a ``lossy`` fabric the ``flows`` points, whose receivers
+    each take k senders, lose packets, so the cap and the tail come from the k = 1 points
+    alone, and ``loss_timeout_us`` = the median over the ``incast`` points of ``(t_k - k
+    t_1) / log2 k``: a retransmission timeout per doubling of the senders
+    (:func:`~commbench.kernels.model.fabric.loss_rounds`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -994,7 +1000,8 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
             f"all {nranks} ranks streaming {every['bytes']} B each to the next node at once, "
             f"{whose}: {agg:.4g} GB/s in all, below {nranks} x one NIC ({nic * nranks:.4g})"
         )
-    spread = [q for q in points if q["kind"] in ("allnics", "flows")]
+    lossy = flow_control == "lossy"
+    spread = [q for q in points if q["kind"] == "allnics" or (q["kind"] == "flows" and not lossy)]
     curve = [  # (k, GB/s, bytes per rank): allnics is k = 1
         (1 if q["kind"] == "allnics" else q["peers"],
          q["bytes"] * nranks / max(_through_us(q) - lat, 1e-3) / 1e3, q["bytes"])
@@ -1056,6 +1063,16 @@ def fit(points: list[dict], gpus_per_node: int, nranks: int) -> tuple[dict, dict
         why["incast"] = (
             f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 "
             f"(k = {', '.join(str(int(v) + 1) for v in xs)}): slope of t_k/(k t_1) - 1 over k - 1"
+        )
+    timeouts = [(q["time_us"] - q["peers"] * t1) / math.log2(q["peers"])
+                for q in points if q["kind"] == "incast" and q["peers"] > 1]  # fmt: skip
+    if lossy and timeouts:
+        c["loss_timeout_us"] = max(float(np.median(timeouts)), 0.0)
+        why["loss_timeout_us"] = (
+            f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 on the lossy fabric "
+            f"(k = {', '.join(str(int(v) + 1) for v in xs)}): the median of (t_k - k t_1) / "
+            "log2 k, a retransmission timeout per doubling of the senders (the flows points "
+            "lose packets too: the cap and the tail from k = 1 alone)"
         )
     posts = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "post")
     n = np.array([a for a, _ in posts], float)
@@ -1281,7 +1298,8 @@ def refresh_steps(
     constants)``."""
     fresh = {_point_id(q): {**q, "run": run} for q in new}
     merged = [fresh.pop(_point_id(q), q) for q in old] + list(fresh.values())
-    constants, why = fit(merged, gpus_per_node, nranks)
+    constants, why = fit(merged, gpus_per_node, nranks,
+                         data.get("fabric", {}).get("flow_control", "lossless"))  # fmt: skip
     out = json.loads(json.dumps(data))  # a deep copy of plain TOML values
     out["name"] = name
     fabric = out.setdefault("fabric", {})
@@ -1336,10 +1354,11 @@ def refit_profile(profile: Path, out: Path) -> dict:
                          "calibration's profile (not an --update or a pooled one)")  # fmt: skip
     g = data["devices"]["gpus_per_node"]
     nranks = next(q["peers"] for q in points if q["kind"] == "stage")
-    constants, why = fit(points, g, nranks)
     fabric = data.get("fabric", {})
-    new = profile_data(data, out.stem, constants, why, runs[0], g,
-                       fabric.get("flow_control", "lossless"), fabric.get("scaleout"))  # fmt: skip
+    flow_control = fabric.get("flow_control", "lossless")
+    constants, why = fit(points, g, nranks, flow_control)
+    new = profile_data(data, out.stem, constants, why, runs[0], g, flow_control,
+                       fabric.get("scaleout"))  # fmt: skip
     new["description"] = f"{data.get('description', '')}; refitted from its raw points"
     text = dump_toml(new, header=f"{profile.name} fitted again from its raw points "
                                  f"({points_path(profile).name}) by this version's model.")  # fmt: skip
@@ -1438,7 +1457,8 @@ def add_arguments(p) -> None:
                    "its passes (3)")  # fmt: skip
     p.add_argument("--stage-rounds", type=int, default=20, help="empty rounds per stage point")
     p.add_argument("--flow-control", choices=("lossless", "lossy"), default="lossless",
-                   help="which incast case the measured coefficient is (default lossless)")  # fmt: skip
+                   help="the fabric as it runs (default lossless); lossy: its incast points "
+                   "give loss_timeout_us and its cap comes from k = 1 alone")  # fmt: skip
     p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
@@ -1569,7 +1589,7 @@ def run_calibrate(args) -> int:
             what = (f"{', '.join(constants)} measured again ({what}), every other constant "
                     f"as in {args.update}")  # fmt: skip
         else:
-            constants, reasons = fit(points, topo.gpus_per_node, topo.size)
+            constants, reasons = fit(points, topo.gpus_per_node, topo.size, args.flow_control)
             data = profile_data(base, out.stem, constants, reasons, run, topo.gpus_per_node,
                                 args.flow_control, args.scaleout)  # fmt: skip
             rows = [{"run": run, **q} for q in points]
