@@ -475,8 +475,7 @@ def loss_rounds(src, dst, nb, p: int) -> np.ndarray:
     share = nb / np.where(out[src] > 0, out[src], 1.0)
     overrun = np.bincount(dst, share, p)
     senders = np.bincount(dst, minlength=p)
-    with np.errstate(divide="ignore"):
-        rounds = np.maximum(1.0, np.log2(np.maximum(overrun, 1e-12)))
+    rounds = np.maximum(1.0, np.log2(np.maximum(overrun, 1.0)))
     return np.where(senders >= 2, rounds, 0.0)
 
 
