@@ -807,6 +807,11 @@ def test_a_lossy_fit_measures_a_timeout_and_takes_the_cap_from_one_flow_per_nic(
                         incast_lossy=c["incast"], incast_lossless=0.0)  # fmt: skip
     assert table.per_gpu(2, flow_control="lossy").loss_timeout_us == pytest.approx(rto)
     assert table.per_gpu(2, flow_control="lossless").loss_timeout_us == 0.0
+    # simulate's override: 0 gives the loss back to the incast multiplier
+    assert table.per_gpu(2, flow_control="lossy", loss_timeout_us=0.0).loss_timeout_us == 0.0
+    from commbench.model.simulate import OVERRIDES
+
+    assert OVERRIDES["loss_timeout_us"] == "loss_timeout_us"
 
 
 def test_loss_on_a_lossy_fabric_costs_timeouts_by_how_far_a_port_is_overrun():

@@ -298,7 +298,16 @@ def _add_simulate_parser(sub) -> None:
         "--incast",
         type=float,
         help="incast loss per extra sender on the bytes beyond the switch buffer: k senders "
-        "into a NIC take (1 + incast (k-1) overflow) times as long",
+        "into a NIC take (1 + incast (k-1) overflow) times as long (not where a loss "
+        "timeout is set: give --loss-timeout-us 0 with it)",
+    )
+    g.add_argument(
+        "--loss-timeout-us",
+        dest="loss_timeout_us",
+        type=float,
+        help="a retransmission timeout: a NIC several NICs send to in a step makes its flows "
+        "pay max(1, log2 overrun) of them instead of the incast multiplier (default: the "
+        "profile's loss_timeout_us in its lossy case; 0: none)",
     )
     g.add_argument("--reduce-GBps", dest="reduce_GBps", type=float, help="reduction GB/s")
     g.add_argument(
@@ -392,6 +401,7 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
         f"alpha {f.scaleup_us:g} us  stage {f.stage_us:g} us  msg {f.msg_us:g} us  "
         f"incast {f.incast:g} (buffer {f.switch_buffer_MB:g} MB)  reduce {f.reduce_GBps:g} GB/s  "
         f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
+        + (f"  loss timeout {f.loss_timeout_us:g} us" if f.loss_timeout_us else "")
     )
     if args.collective == "alltoallv":
         print("#  algbw = busiest rank's max(send, recv) bytes / time; "

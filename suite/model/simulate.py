@@ -50,6 +50,7 @@ OVERRIDES = {
     "proxy_us": "proxy_us",
     "put_us": "put_us",
     "switch_buffer_MB": "switch_buffer_MB",
+    "loss_timeout_us": "loss_timeout_us",
 }
 
 
