@@ -1065,8 +1065,8 @@ def fit(
             f"(k = {', '.join(str(int(v) + 1) for v in xs)}): slope of t_k/(k t_1) - 1 over k - 1"
         )
     timeouts = [(q["time_us"] - q["peers"] * t1) / math.log2(q["peers"])
-                for q in points if q["kind"] == "incast" and q["peers"] > 1]  # fmt: skip
-    if lossy and timeouts:
+                for q in points if lossy and q["kind"] == "incast" and q["peers"] > 1]  # fmt: skip
+    if timeouts:
         c["loss_timeout_us"] = max(float(np.median(timeouts)), 0.0)
         why["loss_timeout_us"] = (
             f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 on the lossy fabric "
