@@ -205,6 +205,33 @@ def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tm
     assert load_system(str(path)).name == "mine"
 
 
+def test_simulate_after_rest_models_the_first_call_with_every_bucket_full(tmp_path, capsys):
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+
+    base = load_toml(load_profile("local-cluster").path)
+    c, why = cal.fit(points(burst=15000), gpus_per_node=2, nranks=4)
+    path = tmp_path / "mine.toml"
+    path.write_text(cal.dump_toml(cal.profile_data(base, "mine", c, why, RUN, 2, "lossless")))
+    times = {}
+    for flags in ([], ["--after-rest"]):
+        out = tmp_path / f"model{len(flags)}.jsonl"
+        argv = ["simulate", "allreduce", "--system", str(path), "--nodes", "2", "--impls",
+                "recursive-doubling,ring,nccl", "--size", "64K", "--out", str(out), *flags]  # fmt: skip
+        assert main(argv) == 0
+        recs = [json.loads(line) for line in out.read_text().splitlines()]
+        times[bool(flags)] = {r["impl"]: (r["time_us"], r["info"]["call"]) for r in recs}
+    header = capsys.readouterr().out
+    assert header.count("the first call after a rest") == 1 and "15000 B a NIC" in header
+    for impl in ("recursive-doubling", "ring"):  # 64 KiB drains a 15 KB bucket every call
+        assert times[True][impl][0] < times[False][impl][0]
+        assert (times[False][impl][1], times[True][impl][1]) == ("timed loop", "after a rest")
+    assert times[True]["nccl"][0] == times[False]["nccl"][0]  # its model keeps no bucket
+    assert main(["simulate", "alltoallv", "--system", str(path), "--after-rest"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--after-rest applies to all-reduce" in err[0]
+
+
 def test_toml_writer_round_trips_what_profiles_hold():
     data = {"a": 1, "b": 2.5, "c": "x \"quoted\" \\ y", "d": [1, "two"], "e": True,
             "t": {"k": float("inf"), "inline": {"x": 1}, "sub": {"z": "deep"}},
@@ -954,6 +981,9 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
 
     looped = ar_model.han(n, 4, bucket).time_us
     assert one_call(depth, depth) < looped < one_call(0.0, 0.0)
+    rested = ar_model.han(n, 4, bucket, after_rest=True).time_us
+    assert rested == pytest.approx(one_call(depth, depth))  # the call after a rest
+    assert ar_model.mpi(n, 4, bucket, after_rest=True).time_us == rested
     # many segments: the pipeline costs about one iteration per segment, the inter-node
     # side being the longer here: the reduce's and the broadcast's sends add up on the
     # leader's NIC against the reduce's receives

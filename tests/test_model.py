@@ -409,11 +409,20 @@ def test_a_looped_call_is_between_the_rested_call_and_no_bucket(n, nodes, depth)
     rank = np.arange(nodes)
     steps = [(k, n, n) for k in range(nodes.bit_length() - 1)]
     rested = float(ar._butterfly(shaped, rank, np.zeros(nodes), steps, fold=(n, n))[0].max())
-    for algo in (ar.recursive_doubling, ar.ring, ar.rabenseifner):
+    for algo in (ar.recursive_doubling, ar.ring, ar.rabenseifner, ar.nvrar):
         looped = algo(n, nodes, shaped).time_us
+        after_rest = algo(n, nodes, shaped, after_rest=True).time_us
+        assert after_rest <= looped * (1 + 1e-9)
         assert looped <= algo(n, nodes, f).time_us * (1 + 1e-9)
+        assert algo(n, nodes, f, after_rest=True).time_us == algo(n, nodes, f).time_us
         if algo is ar.recursive_doubling:
             assert looped >= rested * (1 - 1e-9)
+            assert after_rest == pytest.approx(rested)
+    name = ar.ompi_allreduce_algorithm(nodes, n)  # Open MPI's pick: ours but Rabenseifner's order
+    if name != "rabenseifner":
+        assert ar.predict("mpi", n, nodes, shaped, after_rest=True).time_us == pytest.approx(
+            ar.predict(name, n, nodes, shaped, after_rest=True).time_us
+        )
 
 
 def test_nvrar_hierarchical_closed_form():

@@ -34,7 +34,10 @@ step, the transport's ``put_us``. These are the α-β-γ models of the NVRAR pap
   ``tuning.cc`` (:mod:`commbench.kernels.model.nccl`), plus the host proxy's cost on every network
   step (``proxy_us``).
 
-All ranks finish together except where a fold makes some wait longer.
+All ranks finish together except where a fold makes some wait longer. Where the fabric
+has token buckets (``nic_burst_bytes``) a prediction is a call of the harness's timed
+loop, which finds them as the previous call left them; every host-driven model's
+``after_rest=True`` is the first call after a rest instead (every bucket full).
 """
 
 from __future__ import annotations
@@ -75,22 +78,23 @@ def ompi_allreduce_algorithm(nranks: int, n: int) -> str:
     raise AssertionError("unreachable: the table ends with a catch-all")
 
 
-def mpi(n: int, nodes: int, fabric: Fabric) -> Prediction:
+def mpi(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Prediction:
     """``MPI_Allreduce`` as Open MPI 5 runs it: ``coll/han`` (:func:`han`) on a
     communicator spanning nodes with several ranks per node, otherwise ``coll/tuned``'s
-    flat algorithm over all ranks (host-posted messages)."""
+    flat algorithm over all ranks (host-posted messages). ``after_rest``: see
+    :func:`predict`."""
     _check(n, nodes, fabric)
     p = nodes * fabric.gpus_per_node
     if p == 1:
         return Prediction("mpi", np.full(1, fabric.stage_us), 0.0, {"algo": "none"})
     if han_applies(nodes, fabric.gpus_per_node):
-        pred = han(n, nodes, fabric)
+        pred = han(n, nodes, fabric, after_rest=after_rest)
         return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, pred.info)
     algo = ompi_allreduce_algorithm(p, n)
     if algo == "rabenseifner":
-        pred = rabenseifner(n, nodes, fabric, nearest_first=True)
+        pred = rabenseifner(n, nodes, fabric, nearest_first=True, after_rest=after_rest)
     else:
-        pred = predict(algo, n, nodes, fabric)
+        pred = predict(algo, n, nodes, fabric, after_rest=after_rest)
     return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
@@ -281,7 +285,7 @@ def _intra_tree(s: float, fabric: Fabric, reduce: bool) -> float:
     return steps * one
 
 
-def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
+def han(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Prediction:
     """Open MPI 5's ``coll/han`` all-reduce (``mca_coll_han_allreduce_intra``, the
     default: not "simple").
 
@@ -298,7 +302,8 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
     as the timed loop's previous call left them (:func:`_paid`): the root's NIC as its
     broadcast left it, the buckets on its way in (its switch port, the other leaders'
     NICs) as its reduce did, each refilled since; HAN's pipeline keeps them busy, so
-    later segments find them empty.
+    later segments find them empty. ``after_rest``: the first call after a rest instead
+    (every bucket full).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -362,8 +367,12 @@ def han(n: int, nodes: int, fabric: Fabric) -> Prediction:
                     fabric.drain_bucket(in_left, since + gap, 0.0)[1])  # fmt: skip
         return total, np.array(refilled, dtype=float)
 
-    full = np.array([depth, depth])
-    total = _steady_tokens(step, full) if depth > 0 else one_call((0.0, 0.0))[0]
+    if depth <= 0:
+        total = one_call((0.0, 0.0))[0]
+    elif after_rest:
+        total = one_call((depth, depth))[0]
+    else:
+        total = _steady_tokens(step, np.array([depth, depth]))
     ur_alg = cost("ur", 0, (depth, depth))[0]
     ub_alg = cost("ub", 0, (depth, depth))[0]
     info = {
@@ -464,7 +473,9 @@ def _steady_tokens(step, tokens: np.ndarray):
     return result
 
 
-def _repeated(fabric: Fabric, nodes: int, one_call, lead_us: float = 0.0) -> np.ndarray:
+def _repeated(
+    fabric: Fabric, nodes: int, one_call, lead_us: float = 0.0, after_rest: bool = False
+) -> np.ndarray:
     """Finish times of a call that follows calls like itself, each after a barrier (the
     harness's timed loop): ``one_call(tokens)`` runs one call from its NICs' token
     buckets (None: full) and returns ``(finish times, tokens left, when each NIC's last
@@ -473,7 +484,8 @@ def _repeated(fabric: Fabric, nodes: int, one_call, lead_us: float = 0.0) -> np.
     ``lead_us`` (what the call does before its first step); calls are run until that
     level stops moving. On the emulated 8x1 a 4 KiB all-reduce took 389 us after calls
     that leave the buckets full and 991 us after calls like itself (``python -m
-    commbench.benchmarks.bucket_state``). Without a bucket the one call is the answer."""
+    commbench.benchmarks.bucket_state``). Without a bucket the one call is the answer;
+    ``after_rest``: the loop's first call, every bucket full."""
     gap = _barrier_us(fabric, nodes) + lead_us
 
     def step(tokens):
@@ -483,17 +495,25 @@ def _repeated(fabric: Fabric, nodes: int, one_call, lead_us: float = 0.0) -> np.
     if fabric.nic_burst_bytes <= 0:
         return one_call(None)[0]
     t, following = step(None)
-    return _steady_tokens(step, following) if np.any(following < fabric.nic_burst_bytes) else t
+    if after_rest or not np.any(following < fabric.nic_burst_bytes):
+        return t
+    return _steady_tokens(step, following)
 
 
 def _pairwise(
-    fabric: Fabric, node_of: np.ndarray, start: np.ndarray, *args, **kwargs
+    fabric: Fabric,
+    node_of: np.ndarray,
+    start: np.ndarray,
+    *args,
+    after_rest: bool = False,
+    **kwargs,
 ) -> np.ndarray:
     """:func:`_butterfly` as a call of the timed loop (:func:`_repeated`)."""
     nodes = int(np.unique(node_of).size)
     lead = float(np.min(start)) if np.size(start) else 0.0
     return _repeated(fabric, nodes, lambda tokens: _butterfly(fabric, node_of, start, *args,
-                                                              tokens=tokens, **kwargs), lead)  # fmt: skip
+                                                              tokens=tokens, **kwargs),
+                     lead, after_rest)  # fmt: skip
 
 
 def _butterfly(
@@ -598,19 +618,24 @@ def _log2_floor(m: int) -> int:
     return m.bit_length() - 1
 
 
-def recursive_doubling(n: int, nodes: int, fabric: Fabric) -> Prediction:
+def recursive_doubling(
+    n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False
+) -> Prediction:
     """Flat recursive doubling over all P ranks."""
     _check(n, nodes, fabric)
     p = nodes * fabric.gpus_per_node
     node_of = np.arange(p) // fabric.gpus_per_node
     steps = [(k, n, n) for k in range(_log2_floor(p))]
-    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), steps, fold=(n, n))
+    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), steps, fold=(n, n),
+                  after_rest=after_rest)  # fmt: skip
     return Prediction(
         "recursive-doubling", t, lower_bound_us(n, nodes, fabric), {"steps": len(steps)}
     )
 
 
-def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = False) -> Prediction:
+def rabenseifner(
+    n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = False, after_rest: bool = False
+) -> Prediction:
     """Recursive-halving reduce-scatter, recursive-doubling all-gather (flat).
 
     Halving step i moves n / 2^(i+1) bytes; which partner gets which step decides what
@@ -627,12 +652,13 @@ def rabenseifner(n: int, nodes: int, fabric: Fabric, *, nearest_first: bool = Fa
     bits = list(range(k)) if nearest_first else list(range(k - 1, -1, -1))
     rs = [(bits[i], n / 2 ** (i + 1), n / 2 ** (i + 1)) for i in range(k)]
     ag = [(bits[k - 1 - i], n / 2 ** (k - i), 0.0) for i in range(k)]
-    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), rs + ag, fold=(n, n))
+    t = _pairwise(fabric, node_of, _butterfly_start(fabric, p, nodes), rs + ag, fold=(n, n),
+                  after_rest=after_rest)  # fmt: skip
     info = {"steps": 2 * k, "order": "nearest first" if nearest_first else "farthest first"}
     return Prediction("rabenseifner", t, lower_bound_us(n, nodes, fabric), info)
 
 
-def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
+def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Prediction:
     """Flat ring: 2(P-1) steps of n/P, each rank sending to its right neighbour and
     receiving from its left (then reducing what came, in the first P-1).
 
@@ -680,7 +706,8 @@ def ring(n: int, nodes: int, fabric: Fabric) -> Prediction:
             t = np.maximum(done, arrive) + (reduce_us if step < p - 1 else 0.0)
         return t, tokens, sent
 
-    return Prediction("ring", _repeated(fabric, nodes, one_call), lb, {"steps": 2 * (p - 1)})
+    t = _repeated(fabric, nodes, one_call, after_rest=after_rest)
+    return Prediction("ring", t, lb, {"steps": 2 * (p - 1)})
 
 
 def _intra_collective_us(n: int, fabric: Fabric, reduce: bool) -> float:
@@ -703,7 +730,9 @@ def _intra_collective_us(n: int, fabric: Fabric, reduce: bool) -> float:
     return float(t)
 
 
-def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction:
+def nvrar(
+    n: int, nodes: int, fabric: Fabric, *, ll8: bool = True, after_rest: bool = False
+) -> Prediction:
     """Intra-node reduce-scatter, inter-node recursive doubling on n/g, intra all-gather.
 
     Each inter-node step is one put per partner through the NVSHMEM transport
@@ -722,7 +751,7 @@ def nvrar(n: int, nodes: int, fabric: Fabric, *, ll8: bool = True) -> Prediction
     inter_steps = [(k, chunk, chunk) for k in range(_log2_floor(nodes))]
     start = np.full(nodes, phases * fabric.stage_us + rs)
     t_nodes = _pairwise(fabric, node_ids, start, inter_steps, (chunk, chunk), fabric.put_us, share,
-                        width=g, one_sided=True)  # fmt: skip
+                        width=g, one_sided=True, after_rest=after_rest)  # fmt: skip
     ag = _intra_collective_us(n, fabric, reduce=False)
     t = np.repeat(t_nodes + ag, g)
     info = {
@@ -772,8 +801,13 @@ def nccl(n: int, nodes: int, fabric: Fabric) -> Prediction:
     return Prediction("nccl", np.full(p, t), lower_bound_us(n, nodes, fabric), info)
 
 
-def predict(algorithm: str, n: int, nodes: int, fabric: Fabric) -> Prediction:
-    """Dispatch by name (see :data:`ALGORITHMS`)."""
+def predict(
+    algorithm: str, n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False
+) -> Prediction:
+    """Dispatch by name (see :data:`ALGORITHMS`). A call of the harness's timed loop,
+    which finds the NICs' token buckets as the previous call left them; ``after_rest``:
+    the first call after a rest instead, every bucket full (the same where the fabric
+    has none, and for NCCL, whose model keeps none)."""
     table = {
         "nvrar": nvrar,
         "ring": ring,
@@ -786,4 +820,6 @@ def predict(algorithm: str, n: int, nodes: int, fabric: Fabric) -> Prediction:
         raise ValueError(
             f"no all-reduce model named {algorithm!r}: choose from {', '.join(ALGORITHMS)}"
         )
-    return table[algorithm](n, nodes, fabric)
+    if algorithm == "nccl":
+        return nccl(n, nodes, fabric)
+    return table[algorithm](n, nodes, fabric, after_rest=after_rest)

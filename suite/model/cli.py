@@ -333,6 +333,13 @@ def _add_simulate_parser(sub) -> None:
         action="store_false",
         help="FAST: leave out the per-call fixed costs (matrix all-gather, synthesis)",
     )
+    p.add_argument(
+        "--after-rest",
+        action="store_true",
+        help="all-reduce: the first call after a rest, every NIC's token bucket full "
+        "(default: a call of the timed loop, which finds them as the call before left them; "
+        "the same where the profile has no nic_burst_bytes)",
+    )
     p.add_argument("--out", default=None, help="append JSONL records here")
     p.add_argument(
         "--keep-tuning",
@@ -403,6 +410,9 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
         f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
         + (f"  loss timeout {f.loss_timeout_us:g} us" if f.loss_timeout_us else "")
     )
+    if getattr(args, "after_rest", False):
+        print(f"#  the first call after a rest: every token bucket full "
+              f"({f.nic_burst_bytes:g} B a NIC)")  # fmt: skip
     if args.collective == "alltoallv":
         print("#  algbw = busiest rank's max(send, recv) bytes / time; "
               f"time = {reduction} over ranks; lb = busiest NIC's bytes / bandwidth")  # fmt: skip
@@ -449,6 +459,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"-a takes 0 (rank 0), 1 (avg), 2 (min) or 3 (max), not {average}")
     reduction = metrics.TIME_REDUCTIONS[average]
     params = parse_params(args.param)
+    if args.after_rest and args.collective != "allreduce":
+        raise UsageError("--after-rest applies to all-reduce (its models keep token buckets)")
     if args.balance is not None:
         if args.collective != "alltoallv":
             raise UsageError("--balance applies to the FAST scheduler (alltoallv) only")
@@ -477,7 +489,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.param:
             raise UsageError("--param applies to the FAST scheduler (alltoallv) only")
         impls = _impls(args, ALLREDUCE_IMPLS)
-        points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize)
+        points = allreduce_points(fabric, nodes_list, sizes, impls, dtype.itemsize,
+                                  args.after_rest)  # fmt: skip
     else:
         chunk = params.pop("chunk_bytes", None)
         if params or (chunk is not None and args.collective != "broadcast"):

@@ -290,8 +290,16 @@ def _schedule_info(tuned: tune_model.Tuned, tune: bool) -> dict:
 
 
 def allreduce_points(
-    fabric: Fabric, nodes_list: list[int], sizes: list[int], impls: list[str], itemsize: int
+    fabric: Fabric,
+    nodes_list: list[int],
+    sizes: list[int],
+    impls: list[str],
+    itemsize: int,
+    after_rest: bool = False,
 ):
+    """One :class:`Point` per (nodes, size, impl): a call of the timed loop, or with
+    ``after_rest`` the first call after a rest (:func:`ar_model.predict`)."""
+    call = "after a rest" if after_rest else "timed loop"
     for nodes in nodes_list:
         for size in sizes:
             if size % itemsize:
@@ -301,8 +309,8 @@ def allreduce_points(
                 )
             for impl in impls:
                 t0 = time.perf_counter()
-                pred = ar_model.predict(impl, size, nodes, fabric)
-                extra = {"model_seconds": time.perf_counter() - t0}
+                pred = ar_model.predict(impl, size, nodes, fabric, after_rest=after_rest)
+                extra = {"model_seconds": time.perf_counter() - t0, "call": call}
                 yield Point(nodes, size, None, impl, pred, size, size // itemsize, None, extra)
 
 
