@@ -115,13 +115,16 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     suite's Rabenseifner ``[4, 2, 1, 1, 2, 4]``): ``post_us`` (issuing the step's sends
     and receives), ``late_us`` (the partner's posts ended this long after this rank's;
     negative when it was first), ``after_both_us`` (this rank's wait ended this long
-    after the later of the two posts: the exchange itself once both are in) and
-    ``step_us`` (start of the posts to the end of the wait). A step with several post
+    after the later of the two posts: the exchange itself once both are in),
+    ``direction_us`` (this rank's wait ended this long after the partner's posts: on a
+    one-sided step, NVRAR's, the time of the partner's data into this rank; on a
+    two-sided one it waits for its own send too) and ``step_us`` (start of the posts to
+    the end of the wait). A step with several post
     or wait spans (NVRAR waits chunk by chunk) counts from its first post's start, its
     last post's end and its last wait's end. Needs ``loop_start_us`` (ranks that read
     one clock: one machine); steps without both kinds of span are left out."""
     cols = ("run_id", "point", "inplace", "call", "step", "rank")
-    out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "step_us")
+    out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "direction_us", "step_us")
     s = spans[spans["kind"].isin(("post", "wait")) & (spans["step"] >= 0)]
     s = s[s["step"] < len(distances)]
     if s.empty:
@@ -145,6 +148,7 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     d["post_us"] = d["at_end"] - d["at_start"]
     d["late_us"] = d["their_end"] - d["at_end"]
     d["after_both_us"] = d["done"] - np.maximum(d["at_end"], d["their_end"])
+    d["direction_us"] = d["done"] - d["their_end"]
     d["step_us"] = d["done"] - d["at_start"]
     return d[list(out_cols)].reset_index(drop=True)
 
@@ -166,6 +170,25 @@ def lateness_table(points: pd.DataFrame, spans: pd.DataFrame, distances: list[in
                      part["step_us"].median(), part["post_us"].median(),
                      waited["late_us"].median(), waited["after_both_us"].median(),
                      last["after_both_us"].median()))  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def direction_table(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame:
+    """Per implementation and size, pooled over every point, call, step and rank given:
+    how many directions and the least, median, upper quartile and most of
+    :func:`exchange_lateness`'s ``direction_us``. A call's slowest rank takes the longest
+    path through its steps' directions, so their spread, not their median, sets it."""
+    cols = ("impl", "size_bytes", "directions", "direction_min_us", "direction_median_us",
+            "direction_p75_us", "direction_max_us")  # fmt: skip
+    d = exchange_lateness(spans, distances)
+    if d.empty:
+        return pd.DataFrame(columns=cols)
+    keys = spans.drop_duplicates(["run_id", "point"])[["run_id", "point", "impl", "size_bytes"]]
+    d = d.merge(keys, on=["run_id", "point"])
+    rows = []
+    for (impl, size), part in d.groupby(["impl", "size_bytes"], sort=True):
+        x = part["direction_us"]
+        rows.append((impl, int(size), len(x), x.min(), x.median(), x.quantile(0.75), x.max()))
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -13,6 +13,7 @@ from commbench.analysis import load_all
 from commbench.analysis.figures import empty_message
 from commbench.analysis.report import write_report
 from commbench.analysis.timeline import (
+    direction_table,
     exchange_lateness,
     figure_8,
     lateness_table,
@@ -133,6 +134,7 @@ def test_exchange_lateness_lines_up_the_two_ranks_of_an_exchange():
     np.testing.assert_allclose(got["post_us"], [8, 5])
     np.testing.assert_allclose(got["late_us"], [20, -20])
     np.testing.assert_allclose(got["after_both_us"], [50, 5])
+    np.testing.assert_allclose(got["direction_us"], [50, 25])  # from the partner's posts
     np.testing.assert_allclose(got["step_us"], [78, 10])
     with pytest.raises(ValueError, match="loop_start_us"):
         exchange_lateness(spans.assign(loop_start_us=None), [1])
@@ -140,7 +142,13 @@ def test_exchange_lateness_lines_up_the_two_ranks_of_an_exchange():
     chunked = pd.concat([spans, pd.DataFrame([span(0, "wait", 80, 90, 0.0)])])
     got = exchange_lateness(chunked, [1]).set_index("rank")
     np.testing.assert_allclose(got["after_both_us"], [60, 5])
+    np.testing.assert_allclose(got["direction_us"], [60, 25])
     np.testing.assert_allclose(got["step_us"], [88, 10])
+    table = direction_table(chunked.assign(impl="nvrar", size_bytes=4096), [1])
+    assert table.to_dict("records") == [
+        dict(impl="nvrar", size_bytes=4096, directions=2, direction_min_us=25.0,
+             direction_median_us=42.5, direction_p75_us=51.25, direction_max_us=60.0)
+    ]  # fmt: skip
 
 
 def test_exchange_lateness_of_a_recorded_butterfly(latency):
@@ -169,7 +177,12 @@ def test_lateness_table_sums_a_recorded_butterfly_per_point(latency, driver_runs
     assert 0 <= row["post_us"] <= row["step_us"] and row["late_us"] > 0
     path = driver_runs.tmp / "timeline" / "latency.jsonl"
     assert lateness.main([str(path), "--distances", "1,2,4"]) == 0
-    assert "recursive-doubling" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "recursive-doubling" in out and "direction_median_us" in out
+    directions = direction_table(spans[spans["impl"] == "recursive-doubling"], [1, 2, 4])
+    row = directions.iloc[0]
+    assert len(directions) == 1 and row["directions"] == 8 * 3 * 3
+    assert 0 < row["direction_min_us"] <= row["direction_median_us"] <= row["direction_max_us"]
     with pytest.raises(SystemExit) as stop:
         lateness.main([str(path), "--distances", "0,2"])
     assert stop.value.code == 2 and "at least 1" in capsys.readouterr().err

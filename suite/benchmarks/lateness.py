@@ -5,8 +5,12 @@ exchange per step with rank r XOR ``--distances[step]``): the measured time and,
 ranks, calls and steps (medians), the step (start of the posts to the end of the wait),
 its posts, how late the partner's posts ended for the rank that waited, how long that
 rank's exchange took once both had posted, and the same for the rank that posted last
-(:func:`commbench.analysis.timeline.lateness_table`). The ranks must have read one
-clock (one machine: the emulated cluster).
+(:func:`commbench.analysis.timeline.lateness_table`). Then, per implementation and
+size over every point given, each direction's time (a rank's wait's end less its
+partner's posts': on NVRAR's one-sided steps the partner's cells into it) as least,
+median, upper quartile and most (:func:`~commbench.analysis.timeline.direction_table`):
+the slowest rank of a call collects that spread over the steps. The ranks must have
+read one clock (one machine: the emulated cluster).
 
     commbench run allreduce --impl rabenseifner -b 256 -e 4K -f 16 --timing latency \\
         -a 3 -n 10 -w 1 -d bf16 --timeline --out rab.jsonl      # under the launcher
@@ -22,7 +26,7 @@ import argparse
 import sys
 
 from commbench.analysis import load_all
-from commbench.analysis.timeline import lateness_table, load_timeline
+from commbench.analysis.timeline import direction_table, lateness_table, load_timeline
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,14 +44,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--distances {args.distances!r}: every distance must be at least 1")
     try:
         points, _ = load_all(*args.results)
-        table = lateness_table(points, load_timeline(points), distances)
+        spans = load_timeline(points)
+        table = lateness_table(points, spans, distances)
+        directions = direction_table(spans, distances)
     except (OSError, ValueError) as exc:
         p.error(str(exc))
     if table.empty:
         p.error("no timeline spans of post and wait steps in those results: record them "
                 "with commbench run ... --timeline --out FILE")  # fmt: skip
-    us = [c for c in table.columns if c.endswith("_us")]
-    print(table.to_string(index=False, formatters={c: "{:.0f}".format for c in us}))
+    for t in (table, directions):
+        us = [c for c in t.columns if c.endswith("_us")]
+        print(t.to_string(index=False, formatters={c: "{:.0f}".format for c in us}))
+        print()
     return 0
 
 
