@@ -93,6 +93,19 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     )
     assert "| 4x1 | deep | allreduce | - | 4K | ring | 20.00 | - | n/a | n/a | n/a | - |" in text
     assert "| 2x2 | deep | 100 -> 250 | 500 -> 450 |" in text
+    # several runs, each a part of the point list: one table under their headers
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "header.md").write_text("Run two (the all-to-allv part).\n")
+    a2a = {**row, "collective": "alltoallv", "workload": "uniform", "impl": "fanout"}
+    pd.DataFrame([a2a]).to_json(other / "rows.jsonl", orient="records", lines=True)
+    assert validate.main(["--tables", str(path), str(other / "rows.jsonl")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"Measured in {tmp_path}.\n\nRun two (the all-to-allv part).\n\n")
+    assert "| 2x2 | deep | alltoallv | uniform | 4K | fanout |" in text and "| 4x1 |" in text
+    assert validate.main(["--tables", str(path), str(other / "none.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"validate: error: --tables {other}/none.jsonl")
     pd.DataFrame(rows[:1]).to_json(path, orient="records", lines=True)
     assert validate.main(["--tables", str(path), "--remodel"]) == 0
     text = capsys.readouterr().out

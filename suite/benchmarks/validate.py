@@ -22,7 +22,12 @@ so a loaded 2-core machine can run a reduced set.
         [--ar-sizes 256,1K,...,4M] [--ar-impls ...] [--iters 5] [--ar-iters N] [--rounds 1]
         [--no-pool-steps]
         [--seed 7] [--out DIR] [--doc docs/model-validation.md]
-    python -m commbench.benchmarks.validate --tables OUT/rows.jsonl [--doc ...]
+    python -m commbench.benchmarks.validate --tables OUT/rows.jsonl [OUT2/rows.jsonl ...]
+        [--remodel [--refit]] [--doc ...]
+
+``--tables`` redraws saved runs without a cluster; several runs (each a part of the point
+list: a shape, a collective, some sizes) make one table under their headers, one
+paragraph each.
 """
 
 from __future__ import annotations
@@ -446,6 +451,30 @@ def write_doc(doc: Path, text: str) -> None:
     doc.write_text(new)
 
 
+def redrawn(path: Path, remodel_rows: bool, refit_first: bool, seed: int) -> tuple[list, str]:
+    """A saved run's rows (modelled again from its profiles with ``remodel_rows``, fitted
+    again from their raw points first with ``refit_first``) and its header."""
+    try:
+        rows = pd.read_json(path, lines=True).to_dict("records")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--tables {path}: {exc}") from None
+    if remodel_rows:
+        folder = path.parent
+        if refit_first:
+            try:
+                folder = refit(folder, folder / "refit")
+            except (UsageError, OSError, ValueError) as exc:
+                raise UsageError(f"--refit: {exc}") from None
+        rows = remodel(rows, folder, seed)
+    saved = path.parent / "header.md"
+    header = saved.read_text().strip() if saved.exists() else f"Measured in {path.parent}."
+    if remodel_rows:
+        header += " The model column was re-run from the run's profiles afterwards" + (
+            ", fitted again from their raw points." if refit_first else "."
+        )
+    return rows, header
+
+
 def report(rows: list[dict], header: str) -> str:
     return header + "\n\n" + table(pd.DataFrame(rows))
 
@@ -477,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
     p.add_argument("--doc", type=Path, default=None, help="also write the table into this doc")
-    p.add_argument("--tables", type=Path, default=None, help="only redraw a rows.jsonl's table")
+    p.add_argument("--tables", type=Path, nargs="+", default=None,
+                   help="only redraw the table of these runs' rows.jsonl (one table)")  # fmt: skip
     p.add_argument("--remodel", action="store_true",
                    help="with --tables: model the points again from the run's profiles")  # fmt: skip
     p.add_argument("--refit", action="store_true",
@@ -485,29 +515,20 @@ def main(argv: list[str] | None = None) -> int:
                         "first (into OUT/refit/): a model change's effect on a run's points")  # fmt: skip
     args = p.parse_args(argv)
     if args.tables:
-        rows = pd.read_json(args.tables, lines=True).to_dict("records")
         if args.refit and not args.remodel:
             print("validate: error: --refit goes with --remodel (it refits the profiles the "
                   "model column is made from)", file=sys.stderr)  # fmt: skip
             return 2
-        if args.remodel:
-            folder = args.tables.parent
-            if args.refit:
-                try:
-                    folder = refit(folder, folder / "refit")
-                except (UsageError, OSError, ValueError) as exc:
-                    print(f"validate: error: --refit: {exc}", file=sys.stderr)
-                    return 2
-            rows = remodel(rows, folder, args.seed)
-        saved = args.tables.parent / "header.md"
-        header = (
-            saved.read_text().strip() if saved.exists() else f"Measured in {args.tables.parent}."
-        )
-        if args.remodel:
-            header += " The model column was re-run from the run's profiles afterwards" + (
-                ", fitted again from their raw points." if args.refit else "."
-            )
-        text = report(rows, header)
+        rows, headers = [], []
+        for path in args.tables:
+            try:
+                part, header = redrawn(path, args.remodel, args.refit, args.seed)
+            except UsageError as exc:
+                print(f"validate: error: {exc}", file=sys.stderr)
+                return 2
+            rows += part
+            headers.append(header)
+        text = report(rows, "\n\n".join(headers))
         print(text)
         if args.doc:
             write_doc(args.doc, text)
