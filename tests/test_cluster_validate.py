@@ -97,12 +97,15 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     other = tmp_path / "other"
     other.mkdir()
     (other / "header.md").write_text("Run two (the all-to-allv part).\n")
-    a2a = {**row, "collective": "alltoallv", "workload": "uniform", "impl": "fanout"}
+    a2a = {**row, "collective": "alltoallv", "workload": "uniform", "impl": "fanout",
+           "drift": moved}  # fmt: skip
     pd.DataFrame([a2a]).to_json(other / "rows.jsonl", orient="records", lines=True)
     assert validate.main(["--tables", str(path), str(other / "rows.jsonl")]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"Measured in {tmp_path}.\n\nRun two (the all-to-allv part).\n\n")
     assert "| 2x2 | deep | alltoallv | uniform | 4K | fanout |" in text and "| 4x1 |" in text
+    for run in (tmp_path.name, "other"):  # the drift of each run's calibrations
+        assert f"| {run} | 2x2 | deep | 100 -> 250 | 500 -> 450 |" in text
     assert validate.main(["--tables", str(path), str(other / "none.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"validate: error: --tables {other}/none.jsonl")

@@ -371,24 +371,28 @@ def _column(df: pd.DataFrame, name: str) -> list:
 
 
 def drift_table(df: pd.DataFrame) -> str:
-    """Per shape and queue, each key constant from the first calibration (the model's) to
-    the second (after the measurements); empty when no row has a second calibration."""
+    """Per shape and queue (and run, where the rows hold several: their ``run`` column),
+    each key constant from the first calibration (the model's) to the second (after the
+    measurements); empty when no row has a second calibration."""
     if "drift" not in df.columns:
         return ""
+    runs = _column(df, "run")
     seen: dict[tuple, dict] = {}
-    for r in df.itertuples():
+    for r, run in zip(df.itertuples(), runs, strict=True):
         if isinstance(r.drift, dict) and r.drift:
-            seen.setdefault((r.shape, r.queue), r.drift)
+            seen.setdefault((run or "", r.shape, r.queue), r.drift)
     if not seen:
         return ""
+    several = len({run for run, _, _ in seen}) > 1
     keys = [k for k in DRIFT_KEYS if any(k in d for d in seen.values())]
     lines = ["Calibration drift (before -> after the shape's measurements; the model uses "
              "before; the drift column above is the constant that moved most):", "",
-             "| shape | queue | " + " | ".join(keys) + " |",
-             "|---|---|" + "---|" * len(keys)]  # fmt: skip
-    for (shape, queue), d in sorted(seen.items()):
+             ("| run " if several else "") + "| shape | queue | " + " | ".join(keys) + " |",
+             ("|---" if several else "") + "|---|---|" + "---|" * len(keys)]  # fmt: skip
+    for (run, shape, queue), d in sorted(seen.items()):
         cells = [f"{d[k][0]:.4g} -> {d[k][1]:.4g}" if k in d else "-" for k in keys]
-        lines.append(f"| {shape} | {queue} | " + " | ".join(cells) + " |")
+        head = f"| {run} " if several else ""
+        lines.append(f"{head}| {shape} | {queue} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -526,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
             except UsageError as exc:
                 print(f"validate: error: {exc}", file=sys.stderr)
                 return 2
-            rows += part
+            run = path.parent.name
+            rows += [{**r, "run": run} for r in part] if len(args.tables) > 1 else part
             headers.append(header)
         text = report(rows, "\n\n".join(headers))
         print(text)
