@@ -410,7 +410,7 @@ def _print_header(args, fabric: Fabric, reduction: str) -> None:
         f"proxy {f.proxy_us:g} us  put {f.put_us:g} us"
         + (f"  loss timeout {f.loss_timeout_us:g} us" if f.loss_timeout_us else "")
     )
-    if getattr(args, "after_rest", False):
+    if args.after_rest:
         print(f"#  the first call after a rest: every token bucket full "
               f"({f.nic_burst_bytes:g} B a NIC)")  # fmt: skip
     if args.collective == "alltoallv":
