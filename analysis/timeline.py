@@ -21,6 +21,7 @@ commbench.benchmarks.lateness`` prints it).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,53 @@ def direction_table(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame:
     for (impl, size), part in d.groupby(["impl", "size_bytes"], sort=True):
         x = part["direction_us"]
         rows.append((impl, int(size), len(x), x.min(), x.median(), x.quantile(0.75), x.max()))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def wait_stalls(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
+    """The steps in which one rank waited much longer than the others: per point, call
+    and step, each rank's wait (its first wait's start to its last wait's end in that
+    step), and a row where the longest is more than ``over_us`` above the median rank's:
+    the point's keys, ``call``, ``step``, that ``rank``, its ``node`` (rank // GPUs per
+    node) and ``excess_us``. One clock per rank suffices (no ``loop_start_us``)."""
+    cols = ("run_id", "point", "impl", "size_bytes", "call", "step", "rank", "node",
+            "excess_us")  # fmt: skip
+    w = spans[(spans["kind"] == "wait") & (spans["step"] >= 0)]
+    if w.empty:
+        return pd.DataFrame(columns=cols)
+    key = ["run_id", "point", "impl", "size_bytes", "gpus_per_node", "call", "step"]
+    per_rank = w.groupby([*key, "rank"]).agg(start=("start_us", "min"), end=("end_us", "max"))
+    waited = (per_rank["end"] - per_rank["start"]).rename("wait_us").reset_index()
+    rows = []
+    for k, part in waited.groupby(key, sort=False):
+        longest = part.loc[part["wait_us"].idxmax()]
+        excess = float(longest["wait_us"] - part["wait_us"].median())
+        if excess > over_us:
+            g = max(int(k[4]), 1)
+            rows.append((*k[:4], int(k[5]), int(k[6]), int(longest["rank"]),
+                         int(longest["rank"]) // g, excess))  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def stall_table(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
+    """Per implementation and size over every point given (:func:`wait_stalls`): calls,
+    calls with a stall, stalls, their excess (least, median, most) and how many fell on
+    each node (``by_node``: ``node:count`` pairs)."""
+    cols = ("impl", "size_bytes", "calls", "stalled_calls", "stalls", "excess_min_us",
+            "excess_median_us", "excess_max_us", "by_node")  # fmt: skip
+    calls = spans[spans["kind"] == "call"].drop_duplicates(["run_id", "point", "call"])
+    if calls.empty:
+        return pd.DataFrame(columns=cols)
+    stalls = wait_stalls(spans, over_us)
+    rows = []
+    for (impl, size), part in calls.groupby(["impl", "size_bytes"], sort=True):
+        mine = stalls[(stalls["impl"] == impl) & (stalls["size_bytes"] == size)]
+        stalled = mine.drop_duplicates(["run_id", "point", "call"])
+        x = mine["excess_us"]
+        nodes = " ".join(f"{n}:{c}" for n, c in mine["node"].value_counts().sort_index().items())
+        rows.append((impl, int(size), len(part), len(stalled), len(mine),
+                     x.min() if len(x) else math.nan, x.median() if len(x) else math.nan,
+                     x.max() if len(x) else math.nan, nodes or "-"))  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 

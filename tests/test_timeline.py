@@ -18,7 +18,9 @@ from commbench.analysis.timeline import (
     figure_8,
     lateness_table,
     load_timeline,
+    stall_table,
     timeline_breakdown,
+    wait_stalls,
 )
 from commbench.harness.results import RecordWriter
 from commbench.kernels import timeline
@@ -186,6 +188,41 @@ def test_lateness_table_sums_a_recorded_butterfly_per_point(latency, driver_runs
     with pytest.raises(SystemExit) as stop:
         lateness.main([str(path), "--distances", "0,2"])
     assert stop.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+def test_wait_stalls_find_the_rank_that_waited_far_longer_than_the_others(
+    latency, driver_runs, capsys
+):
+    """Two calls of two steps on 4 ranks (2 a node): every wait 10 ms but rank 2's in
+    call 1, step 0 (40 ms, two spans): one stall of 30 ms on node 1."""
+    rows = []
+    for call in (0, 1):
+        for step in (0, 1):
+            for rank in range(4):
+                long = (call, step, rank) == (1, 0, 2)
+                spans = [(0, 20e3), (20e3, 40e3)] if long else [(0, 10e3)]
+                rows += [dict(run_id="r", point=0, impl="fast", size_bytes=1 << 20,
+                              gpus_per_node=2, call=call, step=step, rank=rank, kind="wait",
+                              start_us=a, end_us=b) for a, b in spans]  # fmt: skip
+    for call in (0, 1):
+        rows += [dict(run_id="r", point=0, impl="fast", size_bytes=1 << 20, gpus_per_node=2,
+                      call=call, step=-1, rank=r, kind="call", start_us=0, end_us=50e3)
+                 for r in range(4)]  # fmt: skip
+    spans = pd.DataFrame(rows)
+    got = wait_stalls(spans, 15e3)
+    assert got[["call", "step", "rank", "node"]].values.tolist() == [[1, 0, 2, 1]]
+    assert got["excess_us"].tolist() == [30e3]
+    assert wait_stalls(spans, 30e3).empty  # more than the threshold, not as much
+    row = stall_table(spans, 15e3).iloc[0]
+    assert (row["calls"], row["stalled_calls"], row["stalls"], row["by_node"]) == (2, 1, 1, "1:1")
+    from commbench.benchmarks import stalls
+
+    path = driver_runs.tmp / "timeline" / "latency.jsonl"  # a recorded butterfly
+    assert stalls.main([str(path), "--over-ms", "1000"]) == 0
+    assert "recursive-doubling" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        stalls.main([str(path), "--over-ms", "0"])
+    assert stop.value.code == 2 and "positive" in capsys.readouterr().err
 
 
 def test_pipelined_calls_are_stamped_back_to_back(driver_runs):
