@@ -221,9 +221,10 @@ def wait_stalls(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
 def stall_table(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
     """Per implementation and size over every point given (:func:`wait_stalls`): calls,
     calls with a stall, stalls, their excess (least, median, most) and how many fell on
-    each node (``by_node``: ``node:count`` pairs)."""
+    each node and on each rank (``by_node``, ``by_rank``: ``index:count`` pairs; the node
+    is the rank's by the run's numbering, ``rank // GPUs per node``)."""
     cols = ("impl", "size_bytes", "calls", "stalled_calls", "stalls", "excess_min_us",
-            "excess_median_us", "excess_max_us", "by_node")  # fmt: skip
+            "excess_median_us", "excess_max_us", "by_node", "by_rank")  # fmt: skip
     calls = spans[spans["kind"] == "call"].drop_duplicates(["run_id", "point", "call"])
     if calls.empty:
         return pd.DataFrame(columns=cols)
@@ -233,10 +234,11 @@ def stall_table(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
         mine = stalls[(stalls["impl"] == impl) & (stalls["size_bytes"] == size)]
         stalled = mine.drop_duplicates(["run_id", "point", "call"])
         x = mine["excess_us"]
-        nodes = " ".join(f"{n}:{c}" for n, c in mine["node"].value_counts().sort_index().items())
+        nodes, ranks = (" ".join(f"{n}:{c}" for n, c in mine[col].value_counts().sort_index().items())
+                        for col in ("node", "rank"))  # fmt: skip
         rows.append((impl, int(size), len(part), len(stalled), len(mine),
                      x.min() if len(x) else math.nan, x.median() if len(x) else math.nan,
-                     x.max() if len(x) else math.nan, nodes or "-"))  # fmt: skip
+                     x.max() if len(x) else math.nan, nodes or "-", ranks or "-"))  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -190,6 +190,35 @@ def test_second_up_and_bad_input_are_refused_in_one_line(cluster):
     assert sorted(netns.namespaces_with_prefix(PREFIX)) == ["cbt-n0", "cbt-n1", "cbt-sw"]
 
 
+def test_rank_0_and_mpirun_can_sit_on_another_node(cluster):
+    spec, folder = cluster
+    where = "import os, socket; print(os.environ['OMPI_COMM_WORLD_RANK'], socket.gethostname())"
+    proc = commbench("cluster", "exec", "--prefix", PREFIX, "--state", str(folder),
+                     "--launch-node", "1", "--first-node", "1", "--timeout", "60", "--",
+                     sys.executable, "-c", where, timeout=90)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hosts = dict(line.split() for line in proc.stdout.splitlines() if line[:1].isdigit())
+    assert hosts == {"0": "cbt-n1", "1": "cbt-n1", "2": "cbt-n0", "3": "cbt-n0"}
+    for bad, why in ((["--launch-node", "2"], "nodes 0-1"), (["--first-node", "5"], "nodes 0-1"),
+                     (["--node", "0", "--first-node", "1"], "drop --launch-node")):  # fmt: skip
+        proc = commbench("cluster", "exec", "--prefix", PREFIX, "--state", str(folder), *bad,
+                         "--", "true")  # fmt: skip
+        assert proc.returncode == 2 and why in proc.stderr, (bad, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_status_counts_each_nodes_tcp_retransmissions(cluster):
+    spec, folder = cluster
+    tcp = netns.tcp_counters(spec)
+    assert sorted(tcp) == [0, 1]
+    assert all(set(c) == {"retrans", "timeouts", "probes", "fast"} for c in tcp.values())
+    assert all(isinstance(v, int) and v >= 0 for c in tcp.values() for v in c.values())
+    proc = commbench("cluster", "status", "--prefix", PREFIX, "--state", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout[proc.stdout.index("tcp retrans") :].splitlines()
+    assert [row.split()[0] for row in table[1:]] == ["cbt-n0", "cbt-n1"]
+
+
 def test_down_leaves_no_namespace_veth_or_qdisc(tmp_path):
     _require_privileges()
     prefix = "cbu"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from commbench.cli import main
 from commbench.cluster import netns
+from commbench.cluster.netns import ClusterError, parse_proc_net
 from commbench.cluster.plan import (
     TCP_BTL_FLAGS,
     ClusterSpec,
@@ -133,6 +134,28 @@ def test_launch_line_uses_the_management_network_and_fills_nodes_in_order():
     assert line[-3:] == ["/s/rank-wrapper", "python", "x.py"]
     with pytest.raises(UsageError, match="does not fit"):
         mpirun_command(spec, "mpirun", "w", ["x"], np=7)
+
+
+def test_first_node_puts_rank_0_there_and_the_other_nodes_follow_wrapping_round():
+    spec = ClusterSpec(prefix="cb", nodes=3, ranks_per_node=2, nic_mbit=400.0)
+    line = mpirun_command(spec, "mpirun", "w", ["x"], first_node=2)
+    assert line[line.index("--host") + 1] == "10.78.0.3:2,10.78.0.1:2,10.78.0.2:2"
+    for bad in (-1, 3):
+        with pytest.raises(UsageError, match="--first-node .*nodes 0-2"):
+            mpirun_command(spec, "mpirun", "w", ["x"], first_node=bad)
+
+
+def test_proc_net_counters_pair_each_header_line_with_its_values():
+    text = (
+        "Tcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 17 0\n"
+        "TcpExt: TCPTimeouts TCPLossProbes\nTcpExt: 2 5\n"
+    )
+    assert parse_proc_net(text) == {
+        "Tcp.RtoAlgorithm": 1, "Tcp.RetransSegs": 17, "Tcp.InErrs": 0,
+        "TcpExt.TCPTimeouts": 2, "TcpExt.TCPLossProbes": 5,
+    }  # fmt: skip
+    with pytest.raises(ClusterError, match="unexpected /proc/net line for Tcp"):
+        parse_proc_net("Tcp: A B\nTcp: 1\n")
 
 
 def test_the_rank_wrapper_picks_the_nic_and_drops_the_tcp_put_unless_told(tmp_path):

@@ -215,6 +215,7 @@ def test_wait_stalls_find_the_rank_that_waited_far_longer_than_the_others(
     assert wait_stalls(spans, 30e3).empty  # more than the threshold, not as much
     row = stall_table(spans, 15e3).iloc[0]
     assert (row["calls"], row["stalled_calls"], row["stalls"], row["by_node"]) == (2, 1, 1, "1:1")
+    assert row["by_rank"] == "2:1"
     from commbench.benchmarks import stalls
 
     path = driver_runs.tmp / "timeline" / "latency.jsonl"  # a recorded butterfly

@@ -58,6 +58,11 @@ def add_parser(sub) -> None:
     common(q)
     q.add_argument("-n", "--np", type=int, default=None, help="ranks (default: every slot)")
     q.add_argument("--node", type=int, default=None, help="run COMMAND once, in this node")
+    q.add_argument("--launch-node", type=int, default=0,
+                   help="the node whose namespace runs mpirun (default 0)")  # fmt: skip
+    q.add_argument("--first-node", type=int, default=0,
+                   help="the node of rank 0; ranks fill the nodes from it in order, wrapping "
+                        "round (default 0): what follows a rank, not its node, moves with it")  # fmt: skip
     q.add_argument("--timeout", type=float, default=1800, help="seconds before it is ended")
     q.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     q.set_defaults(func=cmd_exec)
@@ -166,11 +171,18 @@ def cmd_exec(args) -> int:
     if args.node is not None:
         if not 0 <= args.node < spec.nodes:
             raise UsageError(f"--node {args.node}: the cluster has nodes 0-{spec.nodes - 1}")
+        if args.launch_node or args.first_node:
+            raise UsageError("--node runs one command, without mpirun: drop --launch-node and "
+                             "--first-node, or --node")  # fmt: skip
         cmd = enter_command(spec.node(args.node), argv)
     else:
+        if not 0 <= args.launch_node < spec.nodes:
+            raise UsageError(
+                f"--launch-node {args.launch_node}: the cluster has nodes 0-{spec.nodes - 1}"
+            )
         mpirun = str(Path(sys.executable).parent / "mpirun")
-        line = mpirun_command(spec, mpirun, state["rank_wrapper"], argv, args.np)
-        cmd = enter_command(spec.node(0), line)
+        line = mpirun_command(spec, mpirun, state["rank_wrapper"], argv, args.np, args.first_node)
+        cmd = enter_command(spec.node(args.launch_node), line)
     return run_bounded(cmd, launch_env(spec, state), args.timeout)
 
 

@@ -322,6 +322,40 @@ def counters(spec: ClusterSpec) -> dict[tuple[int, int], dict]:
     return out
 
 
+#: TCP's loss-recovery counters ``cluster status`` shows per node (``/proc/net/snmp`` and
+#: ``/proc/net/netstat`` of the node's namespace, counted since it was made): segments sent
+#: again, retransmission timeouts, tail loss probes and fast retransmits
+TCP_COUNTERS = {
+    "Tcp.RetransSegs": "retrans",
+    "TcpExt.TCPTimeouts": "timeouts",
+    "TcpExt.TCPLossProbes": "probes",
+    "TcpExt.TCPFastRetrans": "fast",
+}
+
+
+def parse_proc_net(text: str) -> dict[str, int]:
+    """``/proc/net/snmp`` or ``/proc/net/netstat``: each protocol's header line and value
+    line (``Tcp: RtoAlgorithm ...`` / ``Tcp: 1 ...``) -> ``{"Tcp.RtoAlgorithm": 1, ...}``."""
+    out: dict[str, int] = {}
+    lines = [ln.split() for ln in text.splitlines() if ln.strip()]
+    for head, values in zip(lines[::2], lines[1::2], strict=False):
+        proto = head[0].rstrip(":")
+        if values[:1] != head[:1] or len(values) != len(head):
+            raise ClusterError(f"unexpected /proc/net line for {proto}: {' '.join(values)[:80]}")
+        out.update({f"{proto}.{k}": int(v) for k, v in zip(head[1:], values[1:], strict=True)})
+    return out
+
+
+def tcp_counters(spec: ClusterSpec) -> dict[int, dict[str, int]]:
+    """Per node: :data:`TCP_COUNTERS` of its namespace (every rank of a node shares them)."""
+    out = {}
+    for node in spec.all_nodes():
+        text = sh(["ip", "netns", "exec", node.netns, "cat", "/proc/net/snmp", "/proc/net/netstat"])
+        seen = parse_proc_net(text)
+        out[node.index] = {name: seen.get(key, 0) for key, name in TCP_COUNTERS.items()}
+    return out
+
+
 def status_text(folder: Path) -> str:
     state = load_state(folder)
     spec = spec_from_dict(state["spec"])
@@ -349,6 +383,13 @@ def status_text(folder: Path) -> str:
                 f"{'up' if c['up'] else 'DOWN':5s} {c['tx_bytes'] / 1e6:10.2f} "
                 f"{c['rx_bytes'] / 1e6:10.2f} {c['switch_drops']:8d}"
             )
+    lines.append(f"{'node':10s} {'tcp retrans':>12s} {'timeouts':>9s} {'loss probes':>12s} "
+                 f"{'fast retrans':>13s}")  # fmt: skip
+    for index, c in tcp_counters(spec).items():
+        lines.append(
+            f"{spec.node(index).hostname:10s} {c['retrans']:12d} {c['timeouts']:9d} "
+            f"{c['probes']:12d} {c['fast']:13d}"
+        )
     return "\n".join(lines)
 
 

@@ -372,14 +372,24 @@ exec "$@"
 
 
 def mpirun_command(
-    spec: ClusterSpec, mpirun: str, wrapper: str, command: list[str], np: int | None = None
+    spec: ClusterSpec,
+    mpirun: str,
+    wrapper: str,
+    command: list[str],
+    np: int | None = None,
+    first_node: int = 0,
 ) -> list[str]:
-    """The launcher line (run inside node 0): one daemon per node over the management
-    network, ranks filled node by node, TCP between nodes and shared memory inside."""
+    """The launcher line: one daemon per node over the management network, ranks filled
+    node by node from ``first_node`` (rank 0's node; the others follow in order, wrapping
+    round), TCP between nodes and shared memory inside."""
     np = spec.nranks if np is None else np
     if not 1 <= np <= spec.nranks:
         raise UsageError(f"-n {np} does not fit the cluster's {spec.nranks} rank slots")
-    hosts = ",".join(f"{n.mgmt_address}:{spec.ranks_per_node}" for n in spec.all_nodes())
+    if not 0 <= first_node < spec.nodes:
+        raise UsageError(f"--first-node {first_node}: the cluster has nodes 0-{spec.nodes - 1}")
+    nodes = spec.all_nodes()
+    nodes = [*nodes[first_node:], *nodes[:first_node]]
+    hosts = ",".join(f"{n.mgmt_address}:{spec.ranks_per_node}" for n in nodes)
     return [
         mpirun, "--host", hosts, "-n", str(np), "--map-by", "slot",
         "--mca", "btl", "tcp,self,sm",
