@@ -9,10 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.kernels.model import Fabric
+from commbench.kernels.model import Fabric, flows
 from commbench.kernels.model import alltoallv as a2a_model
 from commbench.kernels.model.fabric import step_finish
-from commbench.kernels.model.flows import fair_rates, oldest_half_weights, permutation_steps
+from commbench.kernels.model.flows import (
+    fair_rates,
+    oldest_half_weights,
+    one_loss_median,
+    permutation_steps,
+)
 
 ALPHA = 100.0
 RATE = 0.0125  # GB/s: 12.5 bytes per us
@@ -108,11 +113,64 @@ def test_without_a_buffer_uniform_spreadout_is_the_step_model(g, nodes, nbytes, 
     assert pred.info["flow_level"] and not a2a_model.spreadout(d, fab).info["flow_level"]
 
 
+def _shifts(p: int) -> np.ndarray:
+    ranks = np.arange(p)
+    return (ranks[None, :] + np.arange(1, p)[:, None]) % p
+
+
+TIMEOUT = 200e3
+
+
+def test_a_lossy_uniform_spreadout_pays_its_one_timeout_on_the_critical_path():
+    """Every flow of a uniform spread-out is on the critical path: wherever its loss
+    falls, the call ends about one timeout later; without a timeout nothing changes."""
+    p, m = 4, 50_000
+    fab = fabric(nic_send_buffer_bytes=8_000.0)
+    nb = np.full((p - 1, p), float(m))
+    base = permutation_steps(fab, _shifts(p), nb)
+    same, runs = one_loss_median(fab, _shifts(p), nb)
+    assert runs == 0 and same == pytest.approx(base)
+    finish, runs = one_loss_median(fab.with_(loss_timeout_us=TIMEOUT), _shifts(p), nb)
+    assert runs == p * (p - 1)  # every flow crosses nodes (one rank a node)
+    assert base.max() + 0.9 * TIMEOUT <= finish.max() <= base.max() + 1.05 * TIMEOUT
+
+
+def test_a_loss_on_a_flow_with_slack_hides_behind_the_heavy_one():
+    """One heavy flow (rank 0 -> 1 in the first step, far longer than a timeout) sets
+    the call; ranks 2 and 3 exchange a little (2 -> 3 first, 3 -> 2 last). A loss on
+    either light flow ends long before the heavy one: the median of the three runs is
+    the lossless call. A loss on a flow a later step waits for would show: a flow is
+    hidden only where its ranks have slack."""
+    p = 4
+    shifts = _shifts(p)
+    nb = np.zeros((p - 1, p))
+    nb[0, 0] = RATE * 1e3 * 10 * TIMEOUT  # 0 -> 1: ten timeouts at the NIC's rate
+    nb[0, 2] = nb[2, 3] = 1_000.0  # 2 -> 3, 3 -> 2
+    fab = fabric(nic_send_buffer_bytes=8_000.0, loss_timeout_us=TIMEOUT)
+    base = permutation_steps(fab, shifts, nb)
+    finish, runs = one_loss_median(fab, shifts, nb)
+    assert runs == 3 and finish.max() == pytest.approx(base.max(), rel=1e-9)
+    late = np.zeros(nb.shape)
+    late[0, 0] = TIMEOUT  # the heavy flow itself: the whole timeout shows
+    assert permutation_steps(fab, shifts, nb, late).max() >= base.max() + 0.99 * TIMEOUT
+
+
+def test_loss_positions_are_capped_evenly(monkeypatch):
+    monkeypatch.setattr(flows, "LOSS_POSITIONS", 5)
+    fab = fabric(nic_send_buffer_bytes=8_000.0, loss_timeout_us=TIMEOUT)
+    _, runs = one_loss_median(fab, _shifts(4), np.full((3, 4), 1_000.0))
+    assert runs == 5
+    pred = a2a_model.spreadout(np.full((4, 4), 1_000, dtype=np.int64), fab)
+    assert pred.info["loss_positions"] == 5
+
+
 def test_bad_schedules_are_refused():
     with pytest.raises(ValueError, match="not a permutation"):
         permutation_steps(fabric(), np.array([[1, 1]]), np.array([[1, 1]]))
     with pytest.raises(ValueError, match="one shape"):
         permutation_steps(fabric(), np.array([[1, 0]]), np.array([[1, 1, 1]]))
+    with pytest.raises(ValueError, match="delay_us"):
+        permutation_steps(fabric(), np.array([[1, 0]]), np.array([[1, 1]]), np.array([[-1, 0]]))
     with pytest.raises(ValueError, match="nic_queue_bytes"):
         fabric(nic_queue_bytes=-1.0)
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from commbench.kernels.fast.scheduler import BALANCE_MODES, PHASES
 from commbench.kernels.model.fabric import Fabric, step_finish
-from commbench.kernels.model.flows import permutation_steps
+from commbench.kernels.model.flows import one_loss_median, permutation_steps
 
 
 @dataclass
@@ -245,12 +245,17 @@ def mpi(traffic: np.ndarray, fabric: Fabric) -> Prediction:
 def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     """Shifted round-robin: step k sends to ``(r + k) mod P``. Where the fabric's sends
     return with bytes still on their way (``nic_send_buffer_bytes``), flow by flow
-    (:func:`~commbench.kernels.model.flows.permutation_steps`), else step by step."""
+    (:func:`~commbench.kernels.model.flows.permutation_steps`; on a lossy fabric the
+    median call over where its one loss falls,
+    :func:`~commbench.kernels.model.flows.one_loss_median`), else step by step."""
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
     ranks = np.arange(p)
     shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p  # (P - 1) x P
-    if fabric.nic_send_buffer_bytes > 0 and p > 1:
+    if fabric.nic_send_buffer_bytes > 0 and p > 1 and fabric.loss_timeout_us > 0:
+        ready, runs = one_loss_median(fabric, shifts, d[ranks[None, :], shifts])
+        info.update(loss_positions=runs)
+    elif fabric.nic_send_buffer_bytes > 0 and p > 1:
         ready = permutation_steps(fabric, shifts, d[ranks[None, :], shifts])
     else:
         ready = np.zeros(p)

@@ -81,10 +81,14 @@ def oldest_half_weights(n: int) -> np.ndarray:
     return np.array([n / 2] + [n / (2 * (n - 1))] * (n - 1))
 
 
-def permutation_steps(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+def permutation_steps(
+    fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray, delay_us: np.ndarray | None = None
+) -> np.ndarray:
     """Per-rank finish times (µs) of the permutation steps ``dst[k][r]`` /
     ``nbytes[k][r]`` (K x P arrays; see the module docstring), every rank starting at 0.
-    Zero-byte and self flows cost nothing and post no message."""
+    Zero-byte and self flows cost nothing and post no message. ``delay_us[k][r]``: how
+    much later than its rendezvous the flow of rank r in step k starts (a lost first
+    burst waiting for its retransmission; default none)."""
     dst = np.asarray(dst, dtype=np.int64)
     nb = np.asarray(nbytes, dtype=np.float64)
     if dst.ndim != 2 or dst.shape != nb.shape:
@@ -101,16 +105,56 @@ def permutation_steps(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> np
     real = (nb > 0) & (dst != np.arange(p))
     posts = real.astype(np.int64) + np.take_along_axis(real, src, axis=1)
     overhead = fabric.stage_us + fabric.msg_us * posts  # per step and rank
-    sim = _Run(fabric, dst, nb, src, real, overhead)
+    delay = np.zeros(dst.shape) if delay_us is None else np.asarray(delay_us, dtype=np.float64)
+    if delay.shape != dst.shape or not (delay >= 0).all():
+        raise ValueError(f"delay_us must be a K x P array of times >= 0 (got shape {delay.shape})")
+    sim = _Run(fabric, dst, nb, src, real, overhead, delay)
     return sim.run()
+
+
+#: the most loss positions :func:`one_loss_median` runs (evenly spaced over the flows
+#: between nodes beyond it): the model's cost stays bounded at large P
+LOSS_POSITIONS = 64
+
+
+def one_loss_median(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Permutation steps on a lossy fabric: ``(each rank's finish, positions run)`` in the
+    median call over where the call's one loss falls.
+
+    A host-driven rank starts its next step when its own previous one has ended, so the
+    ranks drift apart, and a sender that starts early sends into a receiver still taking
+    the step before from another: two senders into one port, one round of loss recovery
+    (:func:`~commbench.kernels.model.fabric.loss_rounds`, calibrate's ``incast`` at k =
+    2). The model charges a call one such round, as it charges a fan-out one for its
+    first bursts. Which flow loses is chance: every flow between nodes in turn starts
+    ``loss_timeout_us`` late (:func:`permutation_steps`), and the call is the run of
+    median time (the harness reports medians of calls). A flow whose ranks have slack,
+    waiting for a heavier flow anyway, hides its timeout; in a uniform call every flow
+    is on the critical path."""
+    dst = np.asarray(dst, dtype=np.int64)
+    nb = np.asarray(nbytes, dtype=np.float64)
+    g = fabric.gpus_per_node
+    cross = (nb > 0) & (np.arange(dst.shape[1])[None, :] // g != dst // g)
+    where = np.argwhere(cross)
+    if fabric.loss_timeout_us <= 0 or not len(where):
+        return permutation_steps(fabric, dst, nb), 0
+    if len(where) > LOSS_POSITIONS:
+        where = where[np.linspace(0, len(where) - 1, LOSS_POSITIONS).round().astype(int)]
+    runs = []
+    for k, r in where:
+        delay = np.zeros(dst.shape)
+        delay[k, r] = fabric.loss_timeout_us
+        runs.append(permutation_steps(fabric, dst, nb, delay))
+    order = np.argsort([run.max() for run in runs], kind="stable")
+    return runs[int(order[len(runs) // 2])], len(where)
 
 
 class _Run:
     """One simulation of :func:`permutation_steps` (its state and events)."""
 
-    def __init__(self, fabric: Fabric, dst, nb, src, real, overhead) -> None:
+    def __init__(self, fabric: Fabric, dst, nb, src, real, overhead, delay) -> None:
         self.fabric, self.dst, self.nb, self.src, self.real = fabric, dst, nb, src, real
-        self.overhead = overhead
+        self.overhead, self.delay = overhead, delay
         self.nsteps, p = dst.shape
         self.step = np.zeros(p, dtype=np.int64)
         self.posted = np.zeros(p, dtype=bool)  # has posted its current step
@@ -246,7 +290,8 @@ class _Run:
                 size = float(self.nb[k, s])
                 eager = min(self.fabric.nic_eager_bytes, size) if cross else 0.0
                 self.flows[(s, k)] = {"src": s, "dst": d, "left": size, "size": size,
-                                      "cross": cross, "start": self.now + alpha,
+                                      "cross": cross,
+                                      "start": self.now + alpha + self.delay[k, s],
                                       "eager": eager, "matched": math.inf, "step": k,
                                       "ahead": None}  # fmt: skip
         self._leave_if_done(r)
