@@ -252,11 +252,13 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     p = d.shape[0]
     ranks = np.arange(p)
     shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p  # (P - 1) x P
-    if fabric.nic_send_buffer_bytes > 0 and p > 1 and fabric.loss_timeout_us > 0:
-        ready, runs = one_loss_median(fabric, shifts, d[ranks[None, :], shifts])
-        info.update(loss_positions=runs)
-    elif fabric.nic_send_buffer_bytes > 0 and p > 1:
-        ready = permutation_steps(fabric, shifts, d[ranks[None, :], shifts])
+    if fabric.nic_send_buffer_bytes > 0 and p > 1:
+        nb = d[ranks[None, :], shifts]
+        if fabric.loss_timeout_us > 0:
+            ready, runs = one_loss_median(fabric, shifts, nb)
+            info.update(loss_positions=runs)
+        else:
+            ready = permutation_steps(fabric, shifts, nb)
     else:
         ready = np.zeros(p)
         for dst in shifts:

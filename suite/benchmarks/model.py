@@ -162,10 +162,13 @@ def speed(gpus: int = 1024) -> bool:
     return ok
 
 
-def flow_level_speed(ranks: tuple[int, ...] = (16, 32, 64)) -> None:
+def flow_level_speed(
+    ranks: tuple[int, ...] = (16, 32, 64), lossy_ranks: tuple[int, ...] = (8, 16)
+) -> None:
     """Spread-out flow by flow (a profile with a send buffer, as calibrate measures over
     TCP; 4 ranks a node, 512 KiB a pair): its Python events grow with the ranks, so it has
-    no 1024-GPU goal; printed so that what it costs at a size can be read."""
+    no 1024-GPU goal; printed so that what it costs at a size can be read. On a lossy
+    fabric it runs once per loss position (at most 64: ``flows.LOSS_POSITIONS``)."""
     fabric = fabric_from_profile("h200").with_(
         gpus_per_node=4, nic_send_buffer_bytes=1.2e6, nic_queue_bytes=250e3, nic_eager_bytes=32768
     )
@@ -173,6 +176,14 @@ def flow_level_speed(ranks: tuple[int, ...] = (16, 32, 64)) -> None:
         d = np.full((p, p), 512 * 1024, dtype=np.int64)
         secs, _ = _best_of(lambda d=d: a2a.spreadout(d, fabric), 1)
         print(f"  model spreadout flow by flow, {p:3d} ranks  {secs:7.3f} s")
+    lossy = fabric.with_(loss_timeout_us=200e3)  # one loss round: a run per position
+    for p in lossy_ranks:
+        d = np.full((p, p), 512 * 1024, dtype=np.int64)
+        secs, pred = _best_of(lambda d=d: a2a.spreadout(d, lossy), 1)
+        print(
+            f"  model spreadout lossy ({pred.info['loss_positions']} runs), {p:3d} ranks"
+            f"  {secs:7.3f} s"
+        )
 
 
 def study(full: bool, stage_us: float | None = None, workload: str = WORKLOAD) -> str:
