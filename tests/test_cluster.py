@@ -275,3 +275,60 @@ def test_a_failed_up_leaves_nothing_behind(tmp_path, monkeypatch):
         netns.up(spec, tmp_path / "state")
     assert netns.namespaces_with_prefix(prefix) == []
     assert not (tmp_path / "state").exists()
+
+
+_CONGESTION_PROBE = """
+import socket, sys
+role, me, peer = sys.argv[1:4]
+if role == "server":
+    s = socket.socket(); s.bind((me, 5099)); s.listen(); s.settimeout(20)
+    print("ready", flush=True)
+    conn, _ = s.accept()
+else:
+    conn = socket.socket()
+    if me != "-":
+        conn.bind((me, 0))
+    conn.settimeout(20); conn.connect((peer, 5099))
+print(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\\0").decode())
+"""
+
+
+def _congestion_of_a_connection(prefix: str, bind: bool) -> tuple[str, str]:
+    """The congestion control of both ends of a TCP connection from node 0's NIC to node
+    1's (the client bound to its NIC's address as Open MPI binds, or not bound)."""
+    a, b = "10.77.0.1", "10.77.1.1"
+    server = subprocess.Popen(["ip", "netns", "exec", f"{prefix}-n1", sys.executable, "-c",
+                               _CONGESTION_PROBE, "server", b, a],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        client = subprocess.run(["ip", "netns", "exec", f"{prefix}-n0", sys.executable, "-c",
+                                 _CONGESTION_PROBE, "client", a if bind else "-", b],
+                                capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert client.returncode == 0, client.stderr
+        return client.stdout.strip(), server.communicate(timeout=30)[0].strip()
+    finally:
+        server.kill()
+
+
+def test_the_ranks_tcp_congestion_control_is_the_profiles_not_the_hosts(tmp_path):
+    """Reno (built into every kernel, the default of none) on both ends of a rank
+    connection, bound or not, whatever the host's default; a congestion control the
+    kernel lacks is refused in one line with nothing left behind."""
+    _require_privileges()
+    prefix = "cbc"
+    folder = tmp_path / "state"
+    spec = ClusterSpec(prefix=prefix, nodes=2, ranks_per_node=1, nic_mbit=100.0,
+                       tcp_congestion="reno")  # fmt: skip
+    try:
+        netns.up(spec, folder)
+        assert _congestion_of_a_connection(prefix, bind=True) == ("reno", "reno")
+        assert _congestion_of_a_connection(prefix, bind=False) == ("reno", "reno")
+        assert "TCP reno" in netns.status_text(folder)
+    finally:
+        netns.remove(prefix, folder)
+    missing = ClusterSpec(prefix=prefix, nodes=2, ranks_per_node=1, nic_mbit=100.0,
+                          tcp_congestion="nosuchcc")  # fmt: skip
+    with pytest.raises(netns.ClusterError, match="no TCP congestion control 'nosuchcc'"):
+        netns.up(missing, folder)
+    assert netns.namespaces_with_prefix(prefix) == [] and not folder.exists()

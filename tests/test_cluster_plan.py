@@ -19,6 +19,7 @@ from commbench.cluster.plan import (
     TCP_BTL_FLAGS,
     ClusterSpec,
     burst_bytes,
+    fabric_metadata,
     loss_script,
     mpirun_command,
     node_qdisc_commands,
@@ -55,6 +56,8 @@ def test_bad_rates_say_how_to_write_one(bad):
         (dict(prefix="toolongx"), "prefix"),
         (dict(switch_queue=1), "--switch-queue"),
         (dict(latency_us=-1.0), "--latency"),
+        (dict(tcp_congestion="cubic; reboot"), "--tcp-congestion"),
+        (dict(tcp_congestion=""), "--tcp-congestion"),
     ],
 )
 def test_bad_specs_are_refused(kwargs, message):
@@ -197,6 +200,10 @@ def test_every_emulated_profile_loads_and_scales_from_shared_memory():
         assert spec.nic_GBps <= 2.0 / prof.tier_ratio + 1e-9
     assert load_emulated_profile("mi300x").switch_queue < 100  # the lossy one
     assert load_emulated_profile("vista").ranks_per_node == 1
+    # the ranks' congestion control is a fabric fact, never the host's own default
+    assert {load_emulated_profile(n).tcp_congestion for n in names} == {"cubic"}
+    assert fabric_metadata(ClusterSpec(prefix="cb", nodes=2, ranks_per_node=1, nic_mbit=1.0,
+                                       tcp_congestion="reno"))["tcp_congestion"] == "reno"  # fmt: skip
     with pytest.raises(UsageError, match="unknown emulated profile"):
         load_emulated_profile("nope")
 
@@ -237,6 +244,7 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
         (["--nic", "1gbit", "--nodes", "16", "--ranks-per-node", "8"], "do not fit"),
         ([], "--nic"),
         (["--profile", "nope"], "unknown emulated profile"),
+        (["--nic", "1gbit", "--tcp-congestion", "Cubic"], "--tcp-congestion"),
     ],
 )
 def test_bad_up_is_one_line_exit_2_and_builds_nothing(capsys, tmp_path, args, message):

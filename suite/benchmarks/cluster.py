@@ -128,7 +128,8 @@ def run_shape(nodes: int, rpn: int, shm: float, args, rows: list[dict]) -> None:
         spec = ClusterSpec(prefix=PREFIX, nodes=nodes, ranks_per_node=rpn,
                            nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
                            profile=profile, shm_GBps=round(shm, 3),
-                           stage_cost_us=prof.stage_cost_us)  # fmt: skip
+                           stage_cost_us=prof.stage_cost_us,
+                           tcp_congestion=prof.tcp_congestion)  # fmt: skip
         folder = Path(tempfile.mkdtemp(prefix="cbb-state-"))
         if netns.namespaces_with_prefix(PREFIX):
             netns.remove(PREFIX, folder)

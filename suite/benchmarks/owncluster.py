@@ -37,7 +37,7 @@ def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> Clus
     prof = load_emulated_profile("target-deep")
     return ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=ranks_per_node,
                        nic_mbit=parse_rate(nic), switch_queue=prof.switch_queue,
-                       profile=prof.name)  # fmt: skip
+                       profile=prof.name, tcp_congestion=prof.tcp_congestion)  # fmt: skip
 
 
 def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float = 600) -> int:

@@ -257,7 +257,8 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     prof = load_emulated_profile(QUEUES[queue])
     spec = ClusterSpec(prefix=args.prefix, nodes=nodes, ranks_per_node=rpn,
                        nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
-                       profile=prof.name, shm_GBps=round(shm, 3))  # fmt: skip
+                       profile=prof.name, shm_GBps=round(shm, 3),
+                       tcp_congestion=prof.tcp_congestion)  # fmt: skip
     folder = netns.state_dir(args.prefix)
     shape = f"{nodes}x{rpn}"
     tag = f"{shape}-{queue}"

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from commbench.cluster import netns
 from commbench.cluster.launcher import launch_env, measure_shm_GBps, run_bounded
-from commbench.cluster.plan import ClusterSpec, enter_command, mpirun_command, parse_rate
+from commbench.cluster.plan import (
+    DEFAULT_TCP_CONGESTION,
+    ClusterSpec,
+    enter_command,
+    mpirun_command,
+    parse_rate,
+)
 from commbench.errors import UsageError
 
 
@@ -38,6 +44,8 @@ def add_parser(sub) -> None:
     q.add_argument("--nic", default=None, help="NIC rate, e.g. 400mbit (default: the profile's)")
     q.add_argument("--latency", type=float, default=None, help="one-way link latency in us")
     q.add_argument("--switch-queue", type=int, default=None, help="switch port queue, packets")
+    q.add_argument("--tcp-congestion", default=None, metavar="NAME",
+                   help="the ranks' TCP congestion control (default: the profile's, else cubic)")  # fmt: skip
     q.set_defaults(func=cmd_up)
 
     q = verbs.add_parser("down", help="remove the cluster (also after a crash)")
@@ -107,6 +115,7 @@ def spec_from_args(args) -> ClusterSpec:
         nic_mbit=nic or 1.0,
         latency_us=pick(args.latency, "latency_us", 0.0),
         switch_queue=pick(args.switch_queue, "switch_queue", 1000),
+        tcp_congestion=pick(args.tcp_congestion, "tcp_congestion", DEFAULT_TCP_CONGESTION),
         profile=args.profile,
         stage_cost_us=prof.stage_cost_us if prof else 0.0,
     )

@@ -235,10 +235,26 @@ def _nic(spec: ClusterSpec, ns: str, nic: Nic) -> None:
     sh(["ip", "-n", ns, "link", "set", nic.name, "up"])
     sh(["ip", "-n", ns, "rule", "add", "from", nic.address, "table", str(nic.table)])
     subnet = ".".join(nic.address.split(".")[:2]) + ".0.0/16"
-    sh(["ip", "-n", ns, "route", "add", subnet, "dev", nic.name, "src", nic.address,
-        "table", str(nic.table)])  # fmt: skip
+    try:
+        sh(["ip", "-n", ns, "route", "add", subnet, "dev", nic.name, "src", nic.address,
+            "table", str(nic.table), "congctl", spec.tcp_congestion])  # fmt: skip
+    except ClusterError as exc:
+        raise congestion_error(spec, exc) from None
     shape_nic(spec, ns, nic)
     sh(in_ns(spec.switch_netns, port_qdisc_command(spec, nic)))
+
+
+def congestion_error(spec: ClusterSpec, exc: ClusterError) -> ClusterError:
+    """``exc`` said in one line when the kernel lacks the congestion control asked for."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    have = path.read_text().split() if path.is_file() else []
+    if spec.tcp_congestion in have:
+        return exc
+    return ClusterError(
+        f"this kernel has no TCP congestion control {spec.tcp_congestion!r} (it has "
+        f"{', '.join(have) or 'none listed'}): give one of those with --tcp-congestion "
+        "or the profile's tcp_congestion"
+    )
 
 
 def shape_nic(spec: ClusterSpec, ns: str, nic: Nic) -> None:
@@ -364,7 +380,8 @@ def status_text(folder: Path) -> str:
     lines = [
         f"emulated cluster {spec.prefix}: {spec.nodes} nodes x {spec.ranks_per_node} ranks, "
         f"NIC {spec.nic_mbit:g} Mbit/s ({spec.nic_GBps * 1e3:.1f} MB/s), latency "
-        f"{spec.latency_us:g} us, switch queue {spec.switch_queue} pkts"
+        f"{spec.latency_us:g} us, switch queue {spec.switch_queue} pkts, "
+        f"TCP {spec.tcp_congestion}"
         + (f", profile {spec.profile}" if spec.profile else "")
         + (f", shared memory {spec.shm_GBps:.2f} GB/s" if spec.shm_GBps else ""),
         f"state: {folder / STATE_FILE} ({state.get('status', '?')})",

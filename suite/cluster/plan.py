@@ -12,6 +12,11 @@ Layout for prefix ``cb``, N nodes and G ranks per node:
   Ethernet next to its fabric): ``cbmgmt`` in each node (``10.78.0.(i+1)/24``), peer
   ``cbm{i}`` on bridge ``cbmg``. Taking a rank NIC down never cuts the launcher off.
 
+TCP: every rank route names its congestion control (``congctl``, ``tcp_congestion``:
+cubic unless the profile says otherwise), so the fabric is the same on every host
+whatever the host's own default (BBR's pacing at a stale bandwidth estimate stalled
+FAST's stages here: docs/emulated-cluster.md).
+
 Shaping: a token bucket on each NIC's node side (what the rank sends) and on its switch
 port (what it receives: where incast queues build up; ``switch_queue`` packets deep,
 tail drop beyond). ``latency_us`` adds a netem delay on the node side.
@@ -50,6 +55,8 @@ LOSS_TABLE = "commbench"
 LOSS_RESOLUTION = 1_000_000
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,5}$")
+_CONGESTION_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")  # a kernel TCP congestion control
+DEFAULT_TCP_CONGESTION = "cubic"
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 
@@ -105,6 +112,7 @@ class ClusterSpec:
     profile: str | None = None
     shm_GBps: float | None = None  # measured at `up` when a profile scales from it
     stage_cost_us: float = 0.0  # one synchronised round of TCP exchanges (the profile's)
+    tcp_congestion: str = DEFAULT_TCP_CONGESTION  # the rank routes' congestion control
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -131,6 +139,11 @@ class ClusterSpec:
         if isinstance(self.switch_queue, bool) or not 2 <= self.switch_queue <= 100_000:
             raise UsageError(
                 f"--switch-queue must be 2 to 100000 packets (got {self.switch_queue})"
+            )
+        if not _CONGESTION_RE.match(str(self.tcp_congestion)):
+            raise UsageError(
+                f"bad --tcp-congestion {self.tcp_congestion!r}: give a kernel TCP congestion "
+                "control by name, e.g. cubic or bbr"
             )
 
     # -------------------------------------------------------------- names
@@ -266,6 +279,7 @@ def fabric_metadata(spec: ClusterSpec) -> dict:
         "switch_queue_pkts": spec.switch_queue,
         "shm_GBps": spec.shm_GBps,
         "stage_cost_us": spec.stage_cost_us,
+        "tcp_congestion": spec.tcp_congestion,
     }
 
 

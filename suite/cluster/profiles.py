@@ -6,7 +6,8 @@ shared-memory rate measured at ``up`` divided by ``tier_ratio`` (capped by
 ``based_on`` (a ``jobs/systems`` profile, optional), ``nodes``, ``ranks_per_node``,
 ``tier_ratio``, ``latency_us``, ``switch_queue``, ``max_nic_mbit``, ``stage_cost_us`` (the fixed cost of one
 synchronised round of TCP exchanges here, measured; FAST's scheduler and the cost model
-take it).
+take it), ``tcp_congestion`` (the ranks' TCP congestion control, cubic by default: never
+the host's own default, which differs between machines).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from commbench.cluster.plan import DEFAULT_TCP_CONGESTION
 from commbench.config import STRICT, load_toml, parse
 from commbench.errors import UsageError
 
@@ -40,6 +42,7 @@ class EmulatedProfile(BaseModel):
     switch_queue: int = Field(1000, ge=1)
     max_nic_mbit: float = Field(DEFAULT_MAX_NIC_MBIT, gt=0)
     stage_cost_us: float = Field(0.0, ge=0)
+    tcp_congestion: str = DEFAULT_TCP_CONGESTION
     based_on: str | None = None
 
     def nic_mbit(self, shm_GBps: float) -> float:

@@ -1558,6 +1558,7 @@ def run_calibrate(args) -> int:
         raise
     from mpi4py import MPI
 
+    from commbench.cluster.netns import current_fabric
     from commbench.harness.topology import Topology
 
     comm = MPI.COMM_WORLD
@@ -1593,9 +1594,11 @@ def run_calibrate(args) -> int:
             data = profile_data(base, out.stem, constants, reasons, run, topo.gpus_per_node,
                                 args.flow_control, args.scaleout)  # fmt: skip
             rows = [{"run": run, **q} for q in points]
+        fabric = current_fabric() or {}
+        tcp = f" (emulated, TCP {fabric['tcp_congestion']})" if "tcp_congestion" in fabric else ""
         text = dump_toml(data, header=(
             f"Written by `commbench calibrate` ({run}) on {topo.nodes} nodes x "
-            f"{topo.gpus_per_node} ranks, {what};\nraw points: {points_path(out).name}. "
+            f"{topo.gpus_per_node} ranks{tcp}, {what};\nraw points: {points_path(out).name}. "
             "Microbenchmarks only: no collective it predicts was measured."))  # fmt: skip
         parse_profile(tomllib.loads(text), out)  # what we write reads back as a profile
         write_atomic(points_path(out), "".join(json.dumps(r) + "\n" for r in rows))
