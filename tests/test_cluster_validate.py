@@ -229,6 +229,14 @@ def test_a_workload_a_shape_cannot_run_is_refused_before_any_cluster(tmp_path, c
     assert not out.exists()
 
 
+def test_a_bad_tcp_congestion_is_refused_before_any_cluster(tmp_path, capsys):
+    out = tmp_path / "never"
+    argv = ["--a2a-shapes", "4x2", "--ar-shapes", "", "--tcp-congestion", "bbr;", "--out", str(out)]
+    assert validate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("validate: error: bad --tcp-congestion 'bbr;'") and not out.exists()
+
+
 def test_the_table_shows_how_far_apart_a_point_s_launches_are():
     """No cluster: a point measured in two launches keeps both; the table gives their
     spread, and says how many points' launches are further apart than the band is wide."""

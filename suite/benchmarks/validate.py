@@ -47,7 +47,7 @@ import pandas as pd
 
 from commbench.cluster import netns
 from commbench.cluster.launcher import measure_shm_GBps
-from commbench.cluster.plan import ClusterSpec
+from commbench.cluster.plan import DEFAULT_TCP_CONGESTION, ClusterSpec
 from commbench.cluster.profiles import load_emulated_profile
 from commbench.errors import UsageError
 from commbench.harness.workloads import generate
@@ -258,7 +258,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     spec = ClusterSpec(prefix=args.prefix, nodes=nodes, ranks_per_node=rpn,
                        nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
                        profile=prof.name, shm_GBps=round(shm, 3),
-                       tcp_congestion=prof.tcp_congestion)  # fmt: skip
+                       tcp_congestion=args.tcp_congestion or prof.tcp_congestion)  # fmt: skip
     folder = netns.state_dir(args.prefix)
     shape = f"{nodes}x{rpn}"
     tag = f"{shape}-{queue}"
@@ -508,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="before each all-reduce launch, measure a step's fixed costs again "
                    "(calibrate --update) and model all-reduce from their median (default on)")  # fmt: skip
     p.add_argument("--seed", type=int, default=SEED, help=f"workload seed (default {SEED})")
+    p.add_argument("--tcp-congestion", default=None, metavar="NAME",
+                   help="the ranks' TCP congestion control (default: the queue profile's, "
+                        "cubic; the runs before 2026-12-05 had the machine's BBR)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
     p.add_argument("--doc", type=Path, default=None, help="also write the table into this doc")
@@ -552,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         if min(args.iters, args.rounds, args.ar_iters, args.passes) < 1:
             raise UsageError("--iters, --ar-iters, --rounds and --passes must be at least 1")
         for shape in (*a2a_shapes, *ar_shapes):
-            ClusterSpec(prefix=args.prefix, nodes=shape[0], ranks_per_node=shape[1], nic_mbit=1)
+            ClusterSpec(prefix=args.prefix, nodes=shape[0], ranks_per_node=shape[1], nic_mbit=1,
+                        tcp_congestion=args.tcp_congestion or DEFAULT_TCP_CONGESTION)  # fmt: skip
         for shape in a2a_shapes:  # a workload that cannot run on a shape fails now, not later
             for w in args.workloads:
                 generate(w, shape[0] * shape[1], min(a2a_sizes, default=0), seed=args.seed)
