@@ -195,9 +195,11 @@ def test_every_emulated_profile_loads_and_scales_from_shared_memory():
     assert {"h200", "perlmutter", "mi300x", "vista"} <= set(names)
     for name in names:
         prof = load_emulated_profile(name)
-        spec = ClusterSpec(prefix="cb", nodes=prof.nodes, ranks_per_node=prof.ranks_per_node,
-                           nic_mbit=prof.nic_mbit(2.0), switch_queue=prof.switch_queue)  # fmt: skip
+        spec = prof.cluster_spec("cb", prof.nodes, prof.ranks_per_node, prof.nic_mbit(2.0))
         assert spec.nic_GBps <= 2.0 / prof.tier_ratio + 1e-9
+        assert (spec.switch_queue, spec.profile, spec.tcp_congestion) == (
+            prof.switch_queue, name, prof.tcp_congestion)  # fmt: skip
+        assert prof.cluster_spec("cb", 2, 1, 1.0, tcp_congestion="reno").tcp_congestion == "reno"
     assert load_emulated_profile("mi300x").switch_queue < 100  # the lossy one
     assert load_emulated_profile("vista").ranks_per_node == 1
     # the ranks' congestion control is a fabric fact, never the host's own default

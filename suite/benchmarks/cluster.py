@@ -125,11 +125,8 @@ def run_shape(nodes: int, rpn: int, shm: float, args, rows: list[dict]) -> None:
         if not workloads:
             continue
         prof = load_emulated_profile(profile)
-        spec = ClusterSpec(prefix=PREFIX, nodes=nodes, ranks_per_node=rpn,
-                           nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
-                           profile=profile, shm_GBps=round(shm, 3),
-                           stage_cost_us=prof.stage_cost_us,
-                           tcp_congestion=prof.tcp_congestion)  # fmt: skip
+        spec = prof.cluster_spec(PREFIX, nodes, rpn, prof.nic_mbit(shm), shm_GBps=round(shm, 3),
+                                 stage_cost_us=prof.stage_cost_us)  # fmt: skip
         folder = Path(tempfile.mkdtemp(prefix="cbb-state-"))
         if netns.namespaces_with_prefix(PREFIX):
             netns.remove(PREFIX, folder)

@@ -35,9 +35,7 @@ def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> Clus
     from commbench.cluster.profiles import load_emulated_profile
 
     prof = load_emulated_profile("target-deep")
-    return ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=ranks_per_node,
-                       nic_mbit=parse_rate(nic), switch_queue=prof.switch_queue,
-                       profile=prof.name, tcp_congestion=prof.tcp_congestion)  # fmt: skip
+    return prof.cluster_spec(prefix, nodes, ranks_per_node, parse_rate(nic))
 
 
 def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float = 600) -> int:

@@ -255,10 +255,9 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     Each job's rows go into ``kept`` as soon as they are modelled, so a later job's failure
     loses none of them."""
     prof = load_emulated_profile(QUEUES[queue])
-    spec = ClusterSpec(prefix=args.prefix, nodes=nodes, ranks_per_node=rpn,
-                       nic_mbit=prof.nic_mbit(shm), switch_queue=prof.switch_queue,
-                       profile=prof.name, shm_GBps=round(shm, 3),
-                       tcp_congestion=args.tcp_congestion or prof.tcp_congestion)  # fmt: skip
+    given = {"tcp_congestion": args.tcp_congestion} if args.tcp_congestion else {}
+    spec = prof.cluster_spec(args.prefix, nodes, rpn, prof.nic_mbit(shm),
+                             shm_GBps=round(shm, 3), **given)  # fmt: skip
     folder = netns.state_dir(args.prefix)
     shape = f"{nodes}x{rpn}"
     tag = f"{shape}-{queue}"

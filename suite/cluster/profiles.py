@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from commbench.cluster.plan import DEFAULT_TCP_CONGESTION
+from commbench.cluster.plan import DEFAULT_TCP_CONGESTION, ClusterSpec
 from commbench.config import STRICT, load_toml, parse
 from commbench.errors import UsageError
 
@@ -44,6 +44,15 @@ class EmulatedProfile(BaseModel):
     stage_cost_us: float = Field(0.0, ge=0)
     tcp_congestion: str = DEFAULT_TCP_CONGESTION
     based_on: str | None = None
+
+    def cluster_spec(self, prefix: str, nodes: int, ranks_per_node: int, nic_mbit: float,
+                     **given) -> ClusterSpec:  # fmt: skip
+        """The cluster of this fabric (its queue, latency, TCP and name) in that shape;
+        ``given`` adds or overrides ClusterSpec fields (``shm_GBps``, ``tcp_congestion``...)."""
+        fabric = dict(latency_us=self.latency_us, switch_queue=self.switch_queue,
+                      profile=self.name, tcp_congestion=self.tcp_congestion)  # fmt: skip
+        return ClusterSpec(prefix=prefix, nodes=nodes, ranks_per_node=ranks_per_node,
+                           nic_mbit=nic_mbit, **{**fabric, **given})  # fmt: skip
 
     def nic_mbit(self, shm_GBps: float) -> float:
         """The NIC rate for a measured shared-memory rate (GB/s)."""
