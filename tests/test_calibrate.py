@@ -298,7 +298,7 @@ def test_a_send_that_returns_early_gives_its_buffer_and_what_it_queues_ahead():
 def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     out = tmp_path / "cal" / "here.toml"
     proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out", str(out),
-                       "--bytes", "64K", "--fabric-bytes", "256K", "--incast-bytes", "16K",
+                       "--bytes", "64K", "--fabric-bytes", "32K,256K", "--incast-bytes", "16K",
                        "--reps", "2", "--passes", "2", "--stage-rounds", "4"], timeout=180)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     prof = parse_profile(tomllib.loads(out.read_text()), out)
@@ -314,8 +314,12 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] >= 0).all() and (df[df["kind"] != "release"]["time_us"] > 0).all()
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
-    for kind in ("allnics", "flows"):  # at --bytes and at --fabric-bytes
-        assert set(df[df["kind"] == kind]["bytes"]) == {64 << 10, 256 << 10}
+    for kind in ("allnics", "flows"):  # at --bytes and at each --fabric-bytes
+        assert set(df[df["kind"] == kind]["bytes"]) == {32 << 10, 64 << 10, 256 << 10}
+    # each flows point keeps every rank's time in every round of every pass
+    rounds = df[df["kind"] == "flows"]["rank_rounds_us"]
+    assert rounds.map(lambda r: np.shape(r) == (4, 2 * 2)).all()
+    assert df[df["kind"] != "flows"]["rank_rounds_us"].isna().all()
     spread = df[df["kind"].isin(["allnics", "nics", "flows"])]
     assert list(df[df["kind"] == "nics"]["peers"]) == [2]  # 2 of 4 NICs (4: allnics)
     assert (spread["median_rank_us"] > 0).all()  # the median rank's time beside the slowest
@@ -722,8 +726,9 @@ def test_fit_writes_one_flows_curve_per_measured_size():
     assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)  # the --bytes point's
     assert "one curve per size" in why["fabric_flows_GBps"]
     fabric(gpus_per_node=2, fabric_GBps=0.02).with_(fabric_flows=c["fabric_flows_GBps"])
-    assert cal.fabric_sizes(mib, 4 * mib) == [mib, 4 * mib]
-    assert cal.fabric_sizes(mib, mib) == cal.fabric_sizes(mib, 0) == [mib]
+    assert cal.fabric_sizes(mib, [4 * mib]) == [mib, 4 * mib]
+    assert cal.fabric_sizes(mib, [mib >> 2, 4 * mib, mib >> 2]) == [mib, mib >> 2, 4 * mib]
+    assert cal.fabric_sizes(mib, [mib]) == cal.fabric_sizes(mib, [0]) == [mib]
 
 
 def with_median(pts, rank_median):
@@ -816,53 +821,121 @@ def fabric_of(constants: dict) -> Fabric:
     return table.per_gpu(2)
 
 
-def test_a_lossy_fit_measures_a_timeout_and_takes_the_cap_from_one_flow_per_nic():
+def late_rounds(pts: list[dict], late: dict[int, int], rto: float, ranks: int = 4) -> list[dict]:
+    """``pts`` with each ``flows`` point's rank rounds (``ranks`` x 10): on time at the
+    point's time, ``late[k]`` of them a timeout ``rto`` later."""
+    out = []
+    for q in pts:
+        if q["kind"] == "flows":
+            times = np.full(ranks * 10, q["time_us"]) + np.linspace(-500.0, 500.0, ranks * 10)
+            times[: late.get(q["peers"], 0)] += rto
+            q = {**q, "rank_rounds_us": times.reshape(ranks, 10).tolist()}
+        out.append(q)
+    return out
+
+
+def test_a_lossy_fit_measures_the_timeout_and_each_ports_chance_of_one():
     rto = 200_000.0
-    pts = [q for q in points(cap=0.02, flows={2: 0.015}) if q["kind"] != "incast"]
-    t1 = 20_000.0
-    pts += [{**pts[0], "kind": "incast", "tier": "scaleout", "peers": k, "bytes": 262144,
-             "time_us": k * t1 + rto * math.log2(k) if k > 1 else t1} for k in (1, 2, 4)]  # fmt: skip
+    pts = late_rounds(points(cap=0.02, flows={2: 0.015}), {2: 10}, rto)
     lossless, _ = cal.fit(pts, gpus_per_node=2, nranks=4)
     assert "loss_timeout_us" not in lossless and len(lossless["fabric_flows_GBps"]) == 2
     c, why = cal.fit(pts, gpus_per_node=2, nranks=4, flow_control="lossy")
-    assert c["loss_timeout_us"] == pytest.approx(rto)
-    assert "k = 2, 4" in why["loss_timeout_us"]
+    assert c["loss_timeout_us"] == pytest.approx(rto, rel=0.01)
+    [(k, chance, nbytes)] = c["loss_late"]
+    assert (k, nbytes) == (2, 1 << 20)
+    # 10 of 40 rank rounds late: a quarter of the ranks, each sending into 2 such ports
+    assert 1 - (1 - chance) * (1 - chance / 2) ** 2 == pytest.approx(0.25, abs=1e-4)
+    assert "rank rounds" in why["loss_timeout_us"] and "senders" in why["loss_late"]
     assert "fabric_flows_GBps" not in c  # the k = 2 point lost packets: k = 1 alone
     assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)
-    # the profile keeps it for the lossy case only
+    # no round standing apart: no timeout
+    quiet, _ = cal.fit(late_rounds(points(cap=0.02, flows={2: 0.015}), {}, rto),
+                       gpus_per_node=2, nranks=4, flow_control="lossy")  # fmt: skip
+    assert "loss_timeout_us" not in quiet and "loss_late" not in quiet
+    # the profile keeps them for the lossy case only
     table = FabricTable(scaleup="s", scaleout="n", **{k: v for k, v in c.items() if k != "incast"},
                         incast_lossy=c["incast"], incast_lossless=0.0)  # fmt: skip
-    assert table.per_gpu(2, flow_control="lossy").loss_timeout_us == pytest.approx(rto)
-    assert table.per_gpu(2, flow_control="lossless").loss_timeout_us == 0.0
+    lossy = table.per_gpu(2, flow_control="lossy")
+    assert lossy.loss_timeout_us == pytest.approx(c["loss_timeout_us"])
+    assert lossy.loss_late == ((2.0, chance, float(1 << 20)),)
+    plain = table.per_gpu(2, flow_control="lossless")
+    assert plain.loss_timeout_us == 0.0 and plain.loss_late == ()
     # simulate's override: 0 gives the loss back to the incast multiplier
     assert table.per_gpu(2, flow_control="lossy", loss_timeout_us=0.0).loss_timeout_us == 0.0
     from commbench.model.simulate import OVERRIDES
 
     assert OVERRIDES["loss_timeout_us"] == "loss_timeout_us"
+    assert OVERRIDES["calls_averaged"] == "calls_averaged"
 
 
-def test_loss_on_a_lossy_fabric_costs_timeouts_by_how_far_a_port_is_overrun():
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.0, 1.0), st.integers(1, 16))
+def test_a_ports_chance_is_the_inverse_of_the_ranks_late_share(chance, k):
+    late = 1 - (1 - chance) * (1 - chance / k) ** k
+    assert cal.port_loss(late, k) == pytest.approx(chance, abs=1e-9)
+
+
+def test_a_rank_is_late_where_its_port_or_a_port_it_sends_to_pays_a_timeout():
+    p = 8
+    f = fabric(gpus_per_node=1, scaleup_GBps=math.inf).with_(
+        loss_timeout_us=200_000.0, loss_late=((2, 0.1, 1 << 20), (4, 0.3, 1 << 20)))  # fmt: skip
+    # every rank sends 1 MiB to 4 others (the flows pattern at k = 4): 1 - (1 - p)(1 - p/4)^4
+    src = np.repeat(np.arange(p), 4)
+    dst = (src + np.tile(np.arange(1, 5), p)) % p
+    chance = fab.late_chance(f, src, dst, np.full(src.size, 1 << 18), p)
+    assert chance == pytest.approx(np.full(p, 1 - 0.7 * 0.925**4))
+    # between the measured counts, on a log axis of senders; beyond them flat
+    three = fab.late_chance(f, np.array([1, 2, 3]), np.zeros(3, int), np.full(3, 1 << 18), 4)
+    assert three[0] == pytest.approx(0.1 + 0.2 * math.log(1.5) / math.log(2))
+    # one sender a port loses nothing
+    shift = fab.late_chance(f, np.arange(p), (np.arange(p) + 1) % p, np.full(p, 1 << 20), p)
+    assert not shift.any()
+    # a fabric without loss_late: every port taking two senders pays
+    every = fab.late_chance(f.with_(loss_late=()), np.array([1, 2]), np.zeros(2, int),
+                            np.full(2, 1e6), 3)  # fmt: skip
+    assert every == pytest.approx([1.0, 0.5, 0.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8), st.integers(1, 12))
+def test_the_late_share_lies_between_the_likeliest_rank_and_any_rank(chances, calls):
+    share = fab.late_share(chances, calls)
+    q = np.array(chances)
+    assert q.max() - 1e-9 <= share <= 1 - np.prod(1 - q) + 1e-9
+    if calls == 1:
+        assert share == pytest.approx(1 - np.prod(1 - q))
+
+
+def test_the_late_share_is_the_mean_largest_share_the_ranks_draw():
+    rng = np.random.default_rng(3)
+    q, calls = np.array([0.15] * 8), 5
+    draws = rng.random((20_000, 8, calls)) < q[None, :, None]
+    assert fab.late_share(q, calls) == pytest.approx(draws.sum(axis=2).max(axis=1).mean() / calls,
+                                                     abs=0.01)  # fmt: skip
+    assert fab.late_share([0.0, 0.0], 5) == 0.0
+
+
+def test_loss_on_a_lossy_fabric_costs_timeouts_by_the_late_share():
     p = 8
     uniform = np.full((p, p), 1 << 20)
     np.fill_diagonal(uniform, 0)
-    src, dst = np.nonzero(uniform)
-    rounds = fab.loss_rounds(src, dst, uniform[src, dst], p)
-    assert rounds == pytest.approx(np.ones(p))  # senders split evenly: one each
-    for k in (2, 4, 8):  # k full-rate senders into rank 0
-        rounds = fab.loss_rounds(np.arange(1, k + 1), np.zeros(k, int), np.full(k, 1e6), k + 1)
-        assert rounds[0] == pytest.approx(math.log2(k)) and not rounds[1:].any()
-    single = fab.loss_rounds(np.array([0, 1]), np.array([1, 0]), np.full(2, 1e6), 2)
-    assert not single.any()  # one sender a port: nothing lost
     f = fabric(gpus_per_node=1, scaleup_GBps=math.inf, incast=1.5)
-    lossy = f.with_(loss_timeout_us=200_000.0)
+    lossy = f.with_(loss_timeout_us=200_000.0, loss_late=((7, 0.1, 7 << 20),), calls_averaged=5)
     plain = a2a_model.fanout(uniform, f.with_(incast=0.0)).time_us
-    assert a2a_model.fanout(uniform, lossy).time_us == pytest.approx(plain + 200_000.0)
+    src, dst = np.nonzero(uniform)
+    share = fab.late_share(fab.late_chance(lossy, src, dst, uniform[src, dst], p), 5)
+    assert 0.1 < share < 1
+    assert a2a_model.fanout(uniform, lossy).time_us == pytest.approx(plain + 200_000.0 * share)
     assert a2a_model.fanout(uniform, f).time_us > plain + 200_000.0  # the byte multiplier
     # one flow a NIC a step (a FAST stage, a spread-out step): no timeout
     shift = np.roll(np.eye(p, dtype=np.int64), 1, axis=1) * (1 << 20)
     assert a2a_model.spreadout(shift, lossy).time_us == pytest.approx(
         a2a_model.spreadout(shift, f).time_us
     )
+    with pytest.raises(ValueError, match="calls_averaged"):
+        lossy.with_(calls_averaged=0)
+    with pytest.raises(ValueError, match="loss_late"):
+        lossy.with_(loss_late=((2, 1.5, 1 << 20),))
 
 
 def test_a_nic_left_sending_alone_runs_at_its_own_rate():

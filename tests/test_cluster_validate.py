@@ -121,7 +121,7 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     pooled = {**row, "profile": "profile-2x2-deep-steps.toml"}
     pd.DataFrame([row, pooled]).to_json(path, orient="records", lines=True)
     plain, stepped = validate.remodel(pd.read_json(path, lines=True).to_dict("records"),
-                                      tmp_path, 7)  # fmt: skip
+                                      tmp_path, 7, {"allreduce": 5})  # fmt: skip
     assert stepped["model_us"] > plain["model_us"] > 0
 
 

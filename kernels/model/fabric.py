@@ -180,9 +180,18 @@ class Fabric:
     #: 8-byte cell) where MPI puts move them at the NIC's rate (the cpu backend)
     ll8_share: float = 0.25
     #: a retransmission timeout (µs): where it is set (a lossy fabric, ``commbench
-    #: calibrate``), a step's flows into a NIC that two or more NICs send to at once pay
-    #: rounds of it (:func:`loss_rounds`) and no ``incast`` multiplier; 0: none
+    #: calibrate``), the ranks of a step whose NICs take two or more senders at once may
+    #: pay it, by ``loss_late`` (:func:`late_chance`), and no ``incast`` multiplier; 0: none
     loss_timeout_us: float = 0.0
+    #: ``((senders, chance, bytes per NIC), ...)`` (or pairs, one curve): the chance that
+    #: a NIC taking that many senders at once, that many bytes in all, pays a timeout in a
+    #: step (read as :meth:`cap_GBps` reads its curves; ``commbench calibrate``'s lossy
+    #: ``flows`` points); empty: every such step pays one
+    loss_late: tuple = ()
+    #: the calls a reported time averages: the slowest rank's mean over m calls holds the
+    #: largest share of m calls any rank drew a timeout in (:func:`late_share`); 1: one
+    #: call's expected time
+    calls_averaged: int = 1
 
     def __post_init__(self) -> None:
         g = self.gpus_per_node
@@ -204,6 +213,11 @@ class Fabric:
                 )
         object.__setattr__(self, "_flow_caps", _curves(self, "fabric_flows", "GB/s > 0", math.inf))
         object.__setattr__(self, "_tails", _curves(self, "fabric_tail", "stretch >= 1", 1.0))
+        object.__setattr__(self, "_late", _curves(self, "loss_late", "chance in [0, 1]", 0.0,
+                                                  lambda v: 0 <= v <= 1))  # fmt: skip
+        m = self.calls_averaged
+        if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+            raise ValueError(f"fabric: calls_averaged must be an integer >= 1 (got {m!r})")
         for name in (
             "nic_us",
             "scaleup_us",
@@ -321,15 +335,17 @@ class Fabric:
         return stage_cost_bytes(stage_us=self.stage_us, latency_us=self.nic_us, GBps=self.nic_GBps)
 
 
-def _curves(fabric: Fabric, name: str, value: str, top: float) -> tuple:
+def _curves(fabric: Fabric, name: str, value: str, top: float, ok=None) -> tuple:
     """Validate ``fabric_flows``-shaped points (``(flows per NIC, value)`` pairs or
-    ``(flows, value, bytes per NIC)`` triples, values in ``[lowest, top)``), store them as
-    floats and return them as per-size curves on log axes: ``((log bytes, log flows,
-    values), ...)`` (pairs: one curve, under size 0)."""
+    ``(flows, value, bytes per NIC)`` triples, values in ``(0, top)`` where ``top`` is
+    infinite, else in ``[top, inf)``, or where ``ok(value)``), store them as floats and
+    return them as per-size curves on log axes: ``((log bytes, log flows, values), ...)``
+    (pairs: one curve, under size 0)."""
     points = tuple(tuple(float(x) for x in point) for point in getattr(fabric, name))
     object.__setattr__(fabric, name, points)
     widths = {len(point) for point in points}
-    ok = (lambda v: 0 < v < top) if math.isinf(top) else (lambda v: top <= v < math.inf)
+    if ok is None:
+        ok = (lambda v: 0 < v < top) if math.isinf(top) else (lambda v: top <= v < math.inf)
     if points and (
         len(widths) > 1
         or widths - {2, 3}
@@ -459,24 +475,41 @@ def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     return ends
 
 
-def loss_rounds(src, dst, nb, p: int) -> np.ndarray:
-    """Per receiving NIC, the rounds of loss recovery a step's flows into it pay on a
-    lossy fabric: none with one sender; with several, ``max(1, log2(overrun))``, the
-    overrun being the senders' rates into it over one NIC's when each splits its own
-    rate over its flows by their bytes (k senders each sending only to it: k). So k
-    full-rate senders into one port pay ``log2 k`` timeouts (calibrate's ``incast``
-    points on the emulated shallow queue: 196, 380 and 539 ms above k single streams
-    for k = 2, 4 and 6, 200 ms each), and a fan-out whose senders split their NICs
-    evenly pays one, for its first bursts (its 1-4 MiB points 165-260 ms above the
-    deep queue's)."""
+def late_chance(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
+    """Per rank, the chance that a step's flows between nodes make it late by a
+    retransmission timeout on a lossy fabric: a NIC taking k >= 2 senders pays one with
+    ``loss_late``'s chance p at k and its bytes (every time where the fabric has no
+    ``loss_late``), and the flow it stalls, one of its k senders', makes both its ends
+    late: rank r is on time with ``(1 - p_r) * prod over the NICs d it sends to of (1 -
+    p_d / k_d)``. Loss-based TCP into a shallow port: every sender's window grows until
+    the port drops, and a drop the fast retransmit misses costs a timeout (200 ms at
+    least on Linux); one sender a port drops nothing it cannot recover at once."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    nb = np.asarray(nb, dtype=np.float64)
-    out = np.bincount(src, nb, p)
-    share = nb / np.where(out[src] > 0, out[src], 1.0)
-    overrun = np.bincount(dst, share, p)
     senders = np.bincount(dst, minlength=p)
-    rounds = np.maximum(1.0, np.log2(np.maximum(overrun, 1.0)))
-    return np.where(senders >= 2, rounds, 0.0)
+    into = np.bincount(dst, np.asarray(nb, dtype=np.float64), p)
+    chance = np.zeros(p)
+    for d in np.flatnonzero(senders >= 2):
+        chance[d] = _read(fabric._late, senders[d], into[d]) if fabric.loss_late else 1.0
+    on_time = 1.0 - chance
+    np.multiply.at(on_time, src, 1.0 - chance[dst] / np.maximum(senders[dst], 1))
+    return 1.0 - on_time
+
+
+def late_share(chance, calls: int) -> float:
+    """The expected largest share of ``calls`` calls that any one rank is late in, each
+    rank late in a call with its ``chance``, independently: what timeouts add to the
+    slowest rank's mean over the calls, in timeouts (one call: the chance that any rank
+    is late)."""
+    q = np.clip(np.asarray(chance, dtype=np.float64), 0.0, 1.0)
+    q = q[q > 0]
+    if not q.size:
+        return 0.0
+    counts = np.arange(calls + 1)
+    # P(rank late in at most c calls), rank x c, then P(max <= c) over ranks
+    pmf = np.array([[math.comb(calls, c) * x**c * (1 - x) ** (calls - c) for c in counts]
+                    for x in q])  # fmt: skip
+    at_most = np.prod(np.cumsum(pmf, axis=1), axis=0)
+    return float((1.0 - at_most[:-1]).sum() / calls)
 
 
 def _equal_shares(limits: np.ndarray, total: float) -> np.ndarray:
@@ -534,7 +567,9 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
     if timeouts:
-        duration = duration + fabric.loss_timeout_us * loss_rounds(src, dst, nb, p)[dst]
+        chance = late_chance(fabric, src, dst, nb, p)
+        late = fabric.loss_timeout_us * late_share(chance, fabric.calls_averaged)
+        duration = duration + np.where((chance[src] > 0) | (chance[dst] > 0), late, 0.0)
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration

@@ -68,7 +68,10 @@ class FabricTable(BaseModel):
       the next one its sender starts: those bytes leave first, then the two share the NIC
       evenly); ``loss_timeout_us`` (what a round of loss recovery costs where a switch
       port drops: a retransmission timeout, measured by ``commbench calibrate`` on a lossy
-      fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier).
+      fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier)
+      and ``loss_late`` (``[[senders, chance, bytes per NIC], ...]``: the chance that a
+      NIC taking that many senders at once pays one, measured with it; none: every such
+      step pays one).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -106,6 +109,7 @@ class FabricTable(BaseModel):
     scaleout_send_buffer_bytes: float | None = Field(None, ge=0)
     scaleout_queue_bytes: float | None = Field(None, ge=0)
     loss_timeout_us: float | None = Field(None, ge=0)
+    loss_late: list[list[float]] | None = None
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -159,6 +163,8 @@ class FabricTable(BaseModel):
         case = flow_control or self.flow_control
         if case == "lossy" and self.loss_timeout_us is not None:
             values["loss_timeout_us"] = self.loss_timeout_us
+            if self.loss_late is not None:
+                values["loss_late"] = tuple(tuple(row) for row in self.loss_late)
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)
             if coefficient is None:

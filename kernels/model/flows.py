@@ -123,10 +123,9 @@ def one_loss_median(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tupl
 
     A host-driven rank starts its next step when its own previous one has ended, so the
     ranks drift apart, and a sender that starts early sends into a receiver still taking
-    the step before from another: two senders into one port, one round of loss recovery
-    (:func:`~commbench.kernels.model.fabric.loss_rounds`, calibrate's ``incast`` at k =
-    2). The model charges a call one such round, as it charges a fan-out one for its
-    first bursts. Which flow loses is chance: every flow between nodes in turn starts
+    the step before from another: two senders into one port, which may cost a
+    retransmission timeout (:func:`~commbench.kernels.model.fabric.late_chance`). The
+    model charges a call one. Which flow loses is chance: every flow between nodes in turn starts
     ``loss_timeout_us`` late (:func:`permutation_steps`), and the call is the run of
     median time (the harness reports medians of calls). A flow whose ranks have slack,
     waiting for a heavier flow anyway, hides its timeout; in a uniform call every flow

@@ -205,12 +205,13 @@ def measure(prefix: str, profile: Path, collective: str, impl: str, sizes: list[
 
 
 def modelled(profile: Path, collective: str, nodes: int, impls: list[str], sizes: list[int],
-             workloads: list[str] | None, seed: int, out: Path) -> list[dict]:  # fmt: skip
+             workloads: list[str] | None, seed: int, out: Path, calls: int) -> list[dict]:  # fmt: skip
     """``commbench simulate --system PROFILE`` of the same points (FAST untuned: the
-    scheduler's defaults with the profile's stage cost, as the measured run)."""
+    scheduler's defaults with the profile's stage cost, as the measured run; ``calls``:
+    the timed calls a measured time averages)."""
     argv = [sys.executable, "-m", "commbench", "simulate", collective, "--system", str(profile),
             "--nodes", str(nodes), "--size", ",".join(str(s) for s in sizes), "-a", "3",
-            "--impls", ",".join(impls), "--out", str(out)]  # fmt: skip
+            "--impls", ",".join(impls), "--calls", str(calls), "--out", str(out)]  # fmt: skip
     out.unlink(missing_ok=True)
     if collective == "alltoallv":
         runs = [[*argv, "--workload", group, "--seed", str(seed), "--no-tune",
@@ -293,8 +294,9 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
                 pooled = pool_updates(profile, updates, used)
                 print(f"  {tag}: step costs pooled over {len(updates)} updates: "
                       + ", ".join(f"{k} {v:g}" for k, v in pooled.items()), flush=True)  # fmt: skip
+            calls = args.ar_iters if collective == "allreduce" else args.iters
             model = modelled(used, collective, nodes, impls, sizes, workloads, args.seed,
-                             args.out / f"model-{tag}-{collective}.jsonl")  # fmt: skip
+                             args.out / f"model-{tag}-{collective}.jsonl", calls)  # fmt: skip
             rows = rows_of(shape, queue, measured, model, used.name if updates else None)
             kept += rows
             mine += rows
@@ -417,10 +419,10 @@ def refit(folder: Path, into: Path) -> Path:
     return into
 
 
-def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
+def remodel(rows: list[dict], folder: Path, seed: int, calls: dict[str, int]) -> list[dict]:
     """The rows with their model column made again from the run's calibrated profiles
     (``folder/profile-SHAPE-QUEUE.toml``, or the row's ``profile``): the measurements
-    kept, the model re-run."""
+    kept, the model re-run (``calls``: each collective's timed calls a launch)."""
     out = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -434,7 +436,8 @@ def remodel(rows: list[dict], folder: Path, seed: int) -> list[dict]:
         sizes = sorted({int(r["size"]) for r in mine})
         workloads = sorted({r["workload"] for r in mine if isinstance(r["workload"], str)})
         model = modelled(folder / name, collective, nodes, impls, sizes, workloads or None,
-                         seed, folder / f"remodel-{Path(name).stem}-{collective}.jsonl")  # fmt: skip
+                         seed, folder / f"remodel-{Path(name).stem}-{collective}.jsonl",
+                         calls[collective])  # fmt: skip
         pred = {_key(m): m for m in model}
         for r in mine:
             m = pred.get((collective, r["workload"] if collective == "alltoallv" else None,
@@ -455,9 +458,11 @@ def write_doc(doc: Path, text: str) -> None:
     doc.write_text(new)
 
 
-def redrawn(path: Path, remodel_rows: bool, refit_first: bool, seed: int) -> tuple[list, str]:
+def redrawn(path: Path, remodel_rows: bool, refit_first: bool, seed: int,
+            calls: dict[str, int]) -> tuple[list, str]:  # fmt: skip
     """A saved run's rows (modelled again from its profiles with ``remodel_rows``, fitted
-    again from their raw points first with ``refit_first``) and its header."""
+    again from their raw points first with ``refit_first``; ``calls`` as :func:`remodel`'s)
+    and its header."""
     try:
         rows = pd.read_json(path, lines=True).to_dict("records")
     except (OSError, ValueError) as exc:
@@ -469,7 +474,7 @@ def redrawn(path: Path, remodel_rows: bool, refit_first: bool, seed: int) -> tup
                 folder = refit(folder, folder / "refit")
             except (UsageError, OSError, ValueError) as exc:
                 raise UsageError(f"--refit: {exc}") from None
-        rows = remodel(rows, folder, seed)
+        rows = remodel(rows, folder, seed, calls)
     saved = path.parent / "header.md"
     header = saved.read_text().strip() if saved.exists() else f"Measured in {path.parent}."
     if remodel_rows:
@@ -527,9 +532,10 @@ def main(argv: list[str] | None = None) -> int:
                   "model column is made from)", file=sys.stderr)  # fmt: skip
             return 2
         rows, headers = [], []
+        calls = {"alltoallv": args.iters, "allreduce": args.ar_iters or args.iters}
         for path in args.tables:
             try:
-                part, header = redrawn(path, args.remodel, args.refit, args.seed)
+                part, header = redrawn(path, args.remodel, args.refit, args.seed, calls)
             except UsageError as exc:
                 print(f"validate: error: {exc}", file=sys.stderr)
                 return 2

@@ -32,10 +32,13 @@ Nothing is taken from the collectives the profile is used to predict. The points
     (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
     destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
     reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
-    Both again with ``--fabric-bytes`` (4 MiB) per rank: one curve per size, as the rate
-    of k flows changes with their bytes (on the emulated cluster six flows of 1 MiB in
-    all ran ~10 % slower per byte than of 4 MiB, so a 4 MiB fan-out read from the 1 MiB
-    curve alone was modelled 1.15-1.18x too slow).
+    Both again with each of ``--fabric-bytes`` (4 MiB) per rank: one curve per size, as
+    the rate of k flows changes with their bytes (on the emulated cluster six flows of 1
+    MiB in all ran ~10 % slower per byte than of 4 MiB, so a 4 MiB fan-out read from the
+    1 MiB curve alone was modelled 1.15-1.18x too slow). Not smaller by default: at 256
+    KiB a rank the slowest of 8 NICs on the emulated 4x2 ended 1.12x per doubling behind
+    the median (barrier exit skew, a few ms, against 22 ms of data), which FAST's stages
+    of that size do not pay (modelled with it 1.16-1.26x slow).
 ``exchange``
     every rank exchanges ``--bytes`` with the rank of its index on node ``n ^ 1`` at once
     (both directions of one pair at the same time, as recursive doubling's and
@@ -207,6 +210,14 @@ def round_spread(
     ones that take part), rounds as :func:`median_round` (``barrier``: what each round
     starts after, default :func:`_quiet_barrier`). Their ratio is the tail of ranks
     doing the same at once: what the slowest of them loses beside the others."""
+    every = rank_rounds(comm, body, reps, barrier)
+    part = every if ranks is None else every[ranks]
+    return float(np.median(every.max(axis=0))), float(np.median(np.median(part, axis=0)))
+
+
+def rank_rounds(comm, body, reps: int, barrier: Any = None) -> np.ndarray:
+    """Every rank's seconds for ``body()`` in each of ``reps`` rounds (ranks x rounds, on
+    every rank); rounds as :func:`round_spread`'s."""
     wait = barrier or (lambda: _quiet_barrier(comm))
     times = []
     for _ in range(reps):
@@ -214,9 +225,7 @@ def round_spread(
         t0 = _now()
         body()
         times.append(_now() - t0)
-    every = np.array(comm.allgather(times))  # ranks x rounds
-    part = every if ranks is None else every[ranks]
-    return float(np.median(every.max(axis=0))), float(np.median(np.median(part, axis=0)))
+    return np.array(comm.allgather(times))
 
 
 def _pingpong(comm, pairs: list[tuple[int, int]], nbytes: int, reps: int, trips: int = 1) -> float:
@@ -395,7 +404,8 @@ def flow_peers(rank: int, nodes: int, g: int, k: int) -> list[int]:
 def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> tuple:
     """Every rank sends ``nbytes`` split over its k :func:`flow_peers` and receives
     from the k ranks that send to it, all at once; the slowest and the median rank's
-    seconds (:func:`round_spread`)."""
+    seconds (:func:`round_spread`) and every rank's in each round (on a lossy fabric
+    the rounds a retransmission timeout made late, :func:`fit_loss`)."""
     p, rank = comm.size, comm.rank
     nodes = p // g
     part = max(nbytes // k, 1)
@@ -411,7 +421,8 @@ def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> tuple:
             r.Wait()
 
     body()
-    return round_spread(comm, body, reps)
+    every = rank_rounds(comm, body, reps)
+    return float(np.median(every.max(axis=0))), float(np.median(np.median(every, axis=0))), every
 
 
 def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
@@ -706,10 +717,14 @@ def _reduce_seconds(nbytes: int, dtype: np.dtype, reps: int) -> float:
     return statistics.median(times[1:])
 
 
-def fabric_sizes(nbytes: int, fabric_bytes: int) -> list[int]:
-    """The bytes per rank of the ``allnics`` and ``flows`` points: ``--bytes`` and, where
-    it differs and is not 0, ``--fabric-bytes``."""
-    return [nbytes] + ([fabric_bytes] if fabric_bytes and fabric_bytes != nbytes else [])
+def fabric_sizes(nbytes: int, fabric_bytes: list[int]) -> list[int]:
+    """The bytes per rank of the ``allnics`` and ``flows`` points: ``--bytes`` and each
+    of ``--fabric-bytes`` that differs and is not 0, once each."""
+    sizes = [nbytes]
+    for size in fabric_bytes:
+        if size and size not in sizes:
+            sizes.append(size)
+    return sizes
 
 
 def nic_cycle(nranks: int, g: int, k: int) -> dict[int, tuple[int, int]] | None:
@@ -758,9 +773,17 @@ def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
 def measure(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """Every microbenchmark on ``comm`` (ranks ordered node by node, ``gpus_per_node``
     per node), ``opts["passes"]`` times over; the points (:func:`combine_passes`), on
-    every rank (the same list). Collective."""
-    return combine_passes([_measure_pass(comm, gpus_per_node, opts)
-                           for _ in range(opts["passes"])])  # fmt: skip
+    every rank (the same list). Collective. The points that overflow ports (``flows``,
+    ``incast``) run after every pass of the others: on a lossy fabric they drop packets,
+    and a connection's window stays cut for a while after (on the emulated shallow queue
+    the rail exchange of 1 MiB read 89 ms in a calibrate's first pass and 104-106 ms in
+    the passes that followed the first's incast)."""
+    n = opts["passes"]
+    quiet = [_measure_pass(comm, gpus_per_node, opts) for _ in range(n)]
+    if opts.get("steps_only", False) or comm.size // gpus_per_node < 2:
+        return combine_passes(quiet)
+    loud = [_overflow_pass(comm, gpus_per_node, opts) for _ in range(n)]
+    return combine_passes([q + o for q, o in zip(quiet, loud, strict=True)])
 
 
 def combine_passes(passes: list[list[dict]]) -> list[dict]:
@@ -782,6 +805,10 @@ def combine_passes(passes: list[list[dict]]) -> list[dict]:
         if "median_rank_us" in q:
             medians = [pts[i]["median_rank_us"] for pts in passes]
             point.update(median_rank_us=statistics.median(medians), passes_median_rank_us=medians)
+        if "rank_rounds_us" in q:  # each rank's rounds of every pass, one after the other
+            point["rank_rounds_us"] = np.hstack(
+                [pts[i]["rank_rounds_us"] for pts in passes]
+            ).tolist()
         points.append(point)
     return points
 
@@ -807,6 +834,58 @@ def fit_tail(points: list[dict], latency_us: float, nics: int) -> list[list[floa
     return sorted(rows, key=lambda row: (row[2], row[0])) if nics > 1 else []
 
 
+def port_loss(late: float, k: int) -> float:
+    """The chance ``p`` that a port taking k senders pays a timeout in a round, from the
+    share of ranks late in the ``flows`` pattern (each rank sends into k such ports and
+    takes k senders in its own): a timeout makes its flow's two ends late, so a rank is
+    on time with ``(1 - p) (1 - p / k) ** k``
+    (:func:`~commbench.kernels.model.fabric.late_chance`); solved by bisection."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 1 - (1 - mid) * (1 - mid / k) ** k < late:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def fit_loss(points: list[dict]) -> tuple[float, list[list[float]]] | None:
+    """``(loss_timeout_us, loss_late)`` on a lossy fabric from the ``flows`` points' rank
+    rounds, or None where no round stands apart.
+
+    A round's excess is its time over the median rank's in the ``allnics`` point of its
+    size (the same bytes each way, one sender a port). The excesses of every ``flows``
+    point, pooled, split in two where the variance within the two is least; where the
+    upper part stands apart (its mean above the lower's by four of the lower's standard
+    deviations) its rounds are the ones a retransmission timeout made late (TCP's
+    timeout is 200 ms at least, the rounds ~100 ms), the timeout is the upper part's
+    median over the lower's, and each point's share of late rounds gives its ports'
+    chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank], ...]``."""
+    base = {q["bytes"]: _through_us(q) for q in points if q["kind"] == "allnics"}
+    flows = [q for q in points
+             if q["kind"] == "flows" and q.get("rank_rounds_us") and q["bytes"] in base]  # fmt: skip
+    if not flows:
+        return None
+    excess = [np.asarray(q["rank_rounds_us"], float).ravel() - base[q["bytes"]] for q in flows]
+    pooled = np.sort(np.concatenate(excess))
+    if pooled.size < 4:
+        return None
+    best, cut = math.inf, 0
+    for i in range(2, pooled.size - 1):
+        spread = pooled[:i].var() * i + pooled[i:].var() * (pooled.size - i)
+        if spread < best:
+            best, cut = spread, i
+    lower, upper = pooled[:cut], pooled[cut:]
+    if upper.mean() - lower.mean() < 4 * max(lower.std(), 1e-9):
+        return None
+    threshold = (lower[-1] + upper[0]) / 2
+    timeout = float(np.median(upper) - np.median(lower))
+    rows = [[q["peers"], _round(port_loss(float((e > threshold).mean()), q["peers"])), q["bytes"]]
+            for q, e in zip(flows, excess, strict=True)]  # fmt: skip
+    return timeout, sorted(rows, key=lambda row: (row[2], row[0]))
+
+
 def _GBps(nbytes: int, us: float) -> float | None:
     """A point's rate in GB/s; None where it moved no bytes (or took no time)."""
     return nbytes / us / 1e3 if us > 0 and nbytes else None
@@ -816,24 +895,49 @@ def _point_id(point: dict) -> tuple:
     return tuple(point[k] for k in ("kind", "tier", "peers", "bytes"))
 
 
+def _point(kind: str, tier: str, peers: int, size: int, seconds, n_reps: int) -> dict:
+    """A raw point; ``seconds``: the slowest rank's, or ``(slowest, median rank)``, or
+    those and every rank's in each round (ranks x rounds)."""
+    got = seconds if isinstance(seconds, tuple) else (seconds,)
+    us = got[0] * 1e6
+    point = dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
+                 time_us=us, GBps=_GBps(size, us))  # fmt: skip
+    if len(got) > 1:
+        point["median_rank_us"] = got[1] * 1e6
+    if len(got) > 2:
+        point["rank_rounds_us"] = np.round(np.asarray(got[2]) * 1e6, 1).tolist()
+    return point
+
+
+def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
+    """One pass over the points that overflow ports: ``flows`` at each fabric size (k
+    senders into every NIC), then ``incast`` (k = 1, 2, 4, ... senders into rank 0)."""
+    p, g = comm.size, gpus_per_node
+    reps, ibytes = opts["reps"], opts["incast_bytes"]
+    points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
+              for size in fabric_sizes(opts["bytes"], opts["fabric_bytes"])
+              for k in flow_counts(p - g)]  # fmt: skip
+    remote = list(range(g, p))
+    k = 1
+    while k <= len(remote):
+        secs = _incast(comm, remote[:k], ibytes, reps)
+        points.append(_point("incast", "scaleout", k, ibytes, secs, reps))
+        k = k * 2 if k * 2 <= len(remote) or k == len(remote) else len(remote)
+    return points
+
+
 def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
-    """One pass over every microbenchmark (with ``opts["steps_only"]`` only the
-    :data:`STEP_KINDS`): each point the median of its ``reps``."""
+    """One pass over every microbenchmark but those that overflow ports
+    (:func:`_overflow_pass`; with ``opts["steps_only"]`` only the :data:`STEP_KINDS`):
+    each point the median of its ``reps``."""
     p, g = comm.size, gpus_per_node
     steps_only = opts.get("steps_only", False)
     nodes = p // g
-    reps, nbytes, ibytes = opts["reps"], opts["bytes"], opts["incast_bytes"]
+    reps, nbytes = opts["reps"], opts["bytes"]
     points: list[dict] = []
 
     def add(kind: str, tier: str, peers: int, size: int, seconds, n_reps: int) -> None:
-        """``seconds``: the slowest rank's, or ``(slowest, median rank)``."""
-        slowest, median = seconds if isinstance(seconds, tuple) else (seconds, None)
-        us = slowest * 1e6
-        point = dict(kind=kind, tier=tier, peers=peers, bytes=size, reps=n_reps,
-                     time_us=us, GBps=_GBps(size, us))  # fmt: skip
-        if median is not None:
-            point["median_rank_us"] = median * 1e6
-        points.append(point)
+        points.append(_point(kind, tier, peers, size, seconds, n_reps))
 
     tiers = []
     if g > 1:
@@ -866,8 +970,6 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
                     if cycle is not None:
                         secs = _exchange(comm, cycle, size, reps)
                         add("nics", "scaleout", k, size, secs, reps)
-            for k in flow_counts(p - g):
-                add("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
         pairs = {}
         for a, b in busy_pairs(p, g, "scaleout"):
             pairs[a], pairs[b] = (b, b), (a, a)
@@ -889,11 +991,6 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
             add("overlap-alone", "scaleout", 1, OVERLAP_BYTES, alone / 1e3, reps)
             add("overlap-release", "scaleout", 2, OVERLAP_BYTES, release / 1e3, reps)
             add("overlap", "scaleout", 2, OVERLAP_BYTES, arrival / 1e3, reps)
-        remote = list(range(g, p))
-        k = 1
-        while k <= len(remote):
-            add("incast", "scaleout", k, ibytes, _incast(comm, remote[:k], ibytes, reps), reps)
-            k = k * 2 if k * 2 <= len(remote) or k == len(remote) else len(remote)
     if nodes > 1:
         rounds = opts["stage_rounds"]
         add("stage", "scaleout", p, 0, _stage_rounds(comm, g, rounds, reps), reps * rounds)
@@ -948,9 +1045,8 @@ def fit(
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
     (:func:`eager_limit`). On a ``lossy`` fabric the ``flows`` points, whose receivers
     each take k senders, lose packets, so the cap and the tail come from the k = 1 points
-    alone, and ``loss_timeout_us`` = the median over the ``incast`` points of ``(t_k - k
-    t_1) / log2 k``: a retransmission timeout per doubling of the senders
-    (:func:`~commbench.kernels.model.fabric.loss_rounds`).
+    alone, and ``loss_timeout_us`` and ``loss_late`` come from their rounds made late
+    by a retransmission timeout (:func:`fit_loss`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -1009,7 +1105,9 @@ def fit(
     ]  # fmt: skip
     curve.sort(key=lambda x: (x[2], x[0]))
     sizes = sorted({b for _, _, b in curve})
-    if len(curve) > len(sizes) and min(r for _, r, _ in curve) < nic * nranks * 0.95:
+    if (len(curve) > len(sizes) or len(sizes) > 1) and min(
+        r for _, r, _ in curve
+    ) < nic * nranks * 0.95:  # by flows, or by size alone (a lossy fabric: k = 1 only)
         c["fabric_flows_GBps"] = (
             [[k, _round(r), b] for k, r, b in curve]
             if len(sizes) > 1
@@ -1064,15 +1162,19 @@ def fit(
             f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 "
             f"(k = {', '.join(str(int(v) + 1) for v in xs)}): slope of t_k/(k t_1) - 1 over k - 1"
         )
-    timeouts = [(q["time_us"] - q["peers"] * t1) / math.log2(q["peers"])
-                for q in points if lossy and q["kind"] == "incast" and q["peers"] > 1]  # fmt: skip
-    if timeouts:
-        c["loss_timeout_us"] = max(float(np.median(timeouts)), 0.0)
+    loss = fit_loss(points) if lossy else None
+    if loss is not None:
+        c["loss_timeout_us"], c["loss_late"] = loss
         why["loss_timeout_us"] = (
-            f"k senders x {_one(points, 'incast')['bytes']} B into rank 0 on the lossy fabric "
-            f"(k = {', '.join(str(int(v) + 1) for v in xs)}): the median of (t_k - k t_1) / "
-            "log2 k, a retransmission timeout per doubling of the senders (the flows points "
-            "lose packets too: the cap and the tail from k = 1 alone)"
+            "the flows points' rank rounds on the lossy fabric, each over the allnics "
+            "point's median rank at its size: the rounds standing apart (late by a "
+            "retransmission timeout) over the others, the median"
+        )
+        why["loss_late"] = (
+            "the same rounds: per flows point, the chance that a port taking k senders "
+            "pays a timeout in a round, from its share of late ranks ([k, chance, bytes "
+            "per rank]; the flows points lose packets too: the cap and the tail from k = 1 "
+            "alone)"
         )
     posts = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "post")
     n = np.array([a for a, _ in posts], float)
@@ -1448,8 +1550,8 @@ def add_arguments(p) -> None:
                    help="ranks per node (default: ranks sharing a host)")  # fmt: skip
     p.add_argument("--bytes", default="1M", help="stream, all-NICs and reduction size (1M)")
     p.add_argument("--fabric-bytes", default="4M",
-                   help="a second size for the all-NICs and flows points (4M; 0: none): the "
-                   "cap's rate by bytes per NIC")  # fmt: skip
+                   help="more sizes for the all-NICs and flows points, comma-separated "
+                   "(4M; 0: none): the cap's rate, its tail and loss by bytes per NIC")  # fmt: skip
     p.add_argument("--incast-bytes", default="256K", help="bytes per incast sender (256K)")
     p.add_argument("--reps", type=int, default=5, help="rounds per point and pass, median kept (5)")
     p.add_argument("--passes", type=int, default=3,
@@ -1457,8 +1559,8 @@ def add_arguments(p) -> None:
                    "its passes (3)")  # fmt: skip
     p.add_argument("--stage-rounds", type=int, default=20, help="empty rounds per stage point")
     p.add_argument("--flow-control", choices=("lossless", "lossy"), default="lossless",
-                   help="the fabric as it runs (default lossless); lossy: its incast points "
-                   "give loss_timeout_us and its cap comes from k = 1 alone")  # fmt: skip
+                   help="the fabric as it runs (default lossless); lossy: its flows points "
+                   "give loss_timeout_us and loss_late and its cap comes from k = 1 alone")  # fmt: skip
     p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
@@ -1499,7 +1601,7 @@ def check_arguments(args) -> tuple[dict, dict]:
     opts |= {
         "bytes": parse_size(args.bytes),
         "incast_bytes": parse_size(args.incast_bytes),
-        "fabric_bytes": parse_size(args.fabric_bytes),
+        "fabric_bytes": [parse_size(b) for b in args.fabric_bytes.split(",")],
         "reps": args.reps,
         "passes": args.passes,
         "stage_rounds": args.stage_rounds,

@@ -259,6 +259,14 @@ def _add_simulate_parser(sub) -> None:
         "-a", "--average", type=int, default=None, help="time shown: 0 rank0, 1 avg, 2 min, 3 max"
     )
     p.add_argument(
+        "--calls",
+        dest="calls_averaged",
+        type=int,
+        default=None,
+        help="the timed calls a measured time averages (a run's -n; default 1): on a lossy "
+        "fabric, how a rare timeout shows in the slowest rank's mean",
+    )
+    p.add_argument(
         "--param",
         action="append",
         default=[],
@@ -305,9 +313,9 @@ def _add_simulate_parser(sub) -> None:
         "--loss-timeout-us",
         dest="loss_timeout_us",
         type=float,
-        help="a retransmission timeout: a NIC several NICs send to in a step makes its flows "
-        "pay max(1, log2 overrun) of them instead of the incast multiplier (default: the "
-        "profile's loss_timeout_us in its lossy case; 0: none)",
+        help="a retransmission timeout: the ranks of a step whose NICs take several senders "
+        "may pay one, by the profile's loss_late, instead of the incast multiplier "
+        "(default: the profile's loss_timeout_us in its lossy case; 0: none)",
     )
     g.add_argument("--reduce-GBps", dest="reduce_GBps", type=float, help="reduction GB/s")
     g.add_argument(

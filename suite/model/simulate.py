@@ -51,6 +51,7 @@ OVERRIDES = {
     "put_us": "put_us",
     "switch_buffer_MB": "switch_buffer_MB",
     "loss_timeout_us": "loss_timeout_us",
+    "calls_averaged": "calls_averaged",
 }
 
 
