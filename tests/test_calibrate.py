@@ -868,6 +868,32 @@ def test_a_lossy_fit_measures_the_timeout_and_each_ports_chance_of_one():
     assert OVERRIDES["calls_averaged"] == "calls_averaged"
 
 
+def test_simulate_shows_a_lossy_profiles_timeouts_as_a_run_of_n_calls_reports_them(tmp_path):
+    from commbench.config import load_toml
+    from commbench.jobs.profile import load_profile
+
+    base = load_toml(load_profile("local-cluster").path)
+    pts = late_rounds(points(cap=0.02, flows={2: 0.015}), {2: 10}, 200_000.0)
+    c, why = cal.fit(pts, gpus_per_node=2, nranks=4, flow_control="lossy")
+    path = tmp_path / "lossy.toml"
+    path.write_text(cal.dump_toml(cal.profile_data(base, "lossy", c, why, RUN, 2, "lossy")))
+    times = {}
+    for calls in (1, 5, 50):
+        out = tmp_path / f"calls{calls}.jsonl"
+        assert main(["simulate", "alltoallv", "--system", str(path), "--servers", "2",
+                     "--size", "1M", "--workload", "uniform", "--impls", "fanout,fast",
+                     "--no-tune", "--calls", str(calls), "--out", str(out)]) == 0  # fmt: skip
+        for line in out.read_text().splitlines():
+            rec = json.loads(line)
+            times[rec["impl"], calls] = rec["time_us"]
+    # a fan-out's ports take two senders: the more calls a mean holds, the nearer it
+    # comes to the likeliest rank's chance; FAST's stages have one sender a port
+    assert times["fanout", 1] > times["fanout", 5] > times["fanout", 50]
+    assert times["fast", 1] == times["fast", 5] == times["fast", 50]
+    assert main(["simulate", "alltoallv", "--system", str(path), "--servers", "2", "--size",
+                 "1M", "--calls", "0"]) == 2  # fmt: skip
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.0, 1.0), st.integers(1, 16))
 def test_a_ports_chance_is_the_inverse_of_the_ranks_late_share(chance, k):

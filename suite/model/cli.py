@@ -457,6 +457,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     from commbench.harness.collectives import DEFAULT_TIME_REDUCTION
     from commbench.harness.driver import parse_params
 
+    if args.calls_averaged is not None and args.calls_averaged < 1:
+        raise UsageError(f"--calls must be at least 1 (the timed calls a measured time "
+                         f"averages; got {args.calls_averaged})")  # fmt: skip
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items()}
     fabric = fabric_from_profile(args.system, args.gpus_per_node, args.flow_control, **overrides)
     nodes_list = _int_list(args.nodes or "2,4,8", "--servers/--nodes")
