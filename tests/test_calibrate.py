@@ -895,6 +895,23 @@ def test_simulate_shows_a_lossy_profiles_timeouts_as_a_run_of_n_calls_reports_th
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1e3), min_size=4, max_size=40), st.integers(0, 10))
+def test_late_rounds_split_where_the_variance_within_is_least(on_time, late):
+    times = np.array(on_time + [1e6 + 10.0 * i for i in range(late)])
+    x = np.sort(times)
+    brute = min(range(2, x.size),
+                key=lambda i: x[:i].var() * i + x[i:].var() * (x.size - i))  # fmt: skip
+    split = cal.split_late(times)
+    if late:  # the late ones stand apart, whatever the on-time ones (one alone too)
+        threshold, by = split
+        assert (times > threshold).sum() == late and by == pytest.approx(
+            np.median(x[-late:]) - np.median(x[:-late])
+        )
+    if split is not None and x[brute - 1] < x[brute]:
+        assert (x > split[0]).sum() == x.size - brute
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.floats(0.0, 1.0), st.integers(1, 16))
 def test_a_ports_chance_is_the_inverse_of_the_ranks_late_share(chance, k):
     late = 1 - (1 - chance) * (1 - chance / k) ** k

@@ -504,11 +504,10 @@ def late_share(chance, calls: int) -> float:
     q = q[q > 0]
     if not q.size:
         return 0.0
-    counts = np.arange(calls + 1)
-    # P(rank late in at most c calls), rank x c, then P(max <= c) over ranks
-    pmf = np.array([[math.comb(calls, c) * x**c * (1 - x) ** (calls - c) for c in counts]
-                    for x in q])  # fmt: skip
-    at_most = np.prod(np.cumsum(pmf, axis=1), axis=0)
+    c = np.arange(calls + 1)
+    ways = np.array([math.comb(calls, k) for k in c], dtype=np.float64)
+    pmf = ways * q[:, None] ** c * (1 - q[:, None]) ** (calls - c)  # rank x late calls
+    at_most = np.prod(np.cumsum(pmf, axis=1), axis=0)  # P(no rank late in more than c)
     return float((1.0 - at_most[:-1]).sum() / calls)
 
 

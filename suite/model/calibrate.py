@@ -860,30 +860,43 @@ def fit_loss(points: list[dict]) -> tuple[float, list[list[float]]] | None:
     upper part stands apart (its mean above the lower's by four of the lower's standard
     deviations) its rounds are the ones a retransmission timeout made late (TCP's
     timeout is 200 ms at least, the rounds ~100 ms), the timeout is the upper part's
-    median over the lower's, and each point's share of late rounds gives its ports'
-    chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank], ...]``."""
+    median over the lower's (:func:`split_late`), and each point's share of late rounds
+    gives its ports' chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank],
+    ...]``."""
     base = {q["bytes"]: _through_us(q) for q in points if q["kind"] == "allnics"}
     flows = [q for q in points
              if q["kind"] == "flows" and q.get("rank_rounds_us") and q["bytes"] in base]  # fmt: skip
     if not flows:
         return None
     excess = [np.asarray(q["rank_rounds_us"], float).ravel() - base[q["bytes"]] for q in flows]
-    pooled = np.sort(np.concatenate(excess))
-    if pooled.size < 4:
+    split = split_late(np.concatenate(excess))
+    if split is None:
         return None
-    best, cut = math.inf, 0
-    for i in range(2, pooled.size - 1):
-        spread = pooled[:i].var() * i + pooled[i:].var() * (pooled.size - i)
-        if spread < best:
-            best, cut = spread, i
-    lower, upper = pooled[:cut], pooled[cut:]
-    if upper.mean() - lower.mean() < 4 * max(lower.std(), 1e-9):
-        return None
-    threshold = (lower[-1] + upper[0]) / 2
-    timeout = float(np.median(upper) - np.median(lower))
+    threshold, timeout = split
     rows = [[q["peers"], _round(port_loss(float((e > threshold).mean()), q["peers"])), q["bytes"]]
             for q, e in zip(flows, excess, strict=True)]  # fmt: skip
     return timeout, sorted(rows, key=lambda row: (row[2], row[0]))
+
+
+def split_late(times) -> tuple[float, float] | None:
+    """``(threshold, late by)`` for times of which some a timeout made late, or None where
+    none stands apart: sorted, split in two where the variance within the two is least
+    (the lower part two values at least, the upper one); the upper part is late where its mean is above the
+    lower's by four of the lower's standard deviations. The threshold lies midway
+    between the two parts, ``late by`` is the upper part's median over the lower's."""
+    x = np.sort(np.asarray(times, dtype=np.float64).ravel())
+    n = x.size
+    if n < 3:
+        return None
+    i = np.arange(2, n)  # the upper part starts at x[i]
+    s1, s2 = np.cumsum(x), np.cumsum(x * x)
+    left = s2[i - 1] - s1[i - 1] ** 2 / i  # sum of squared deviations of x[:i]
+    right = (s2[-1] - s2[i - 1]) - (s1[-1] - s1[i - 1]) ** 2 / (n - i)
+    cut = int(i[np.argmin(left + right)])
+    lower, upper = x[:cut], x[cut:]
+    if upper.mean() - lower.mean() < 4 * max(lower.std(), 1e-9):
+        return None
+    return (lower[-1] + upper[0]) / 2, float(np.median(upper) - np.median(lower))
 
 
 def _GBps(nbytes: int, us: float) -> float | None:
