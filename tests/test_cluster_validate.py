@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import tomllib
@@ -255,3 +256,30 @@ def test_the_table_shows_how_far_apart_a_point_s_launches_are():
     assert "2 of 2 modelled points within" in text
     assert "(launch spread above 1.35: no one prediction" in text
     assert "within the band of each launch): 1 points, 1 of them in band." in text
+
+
+def test_late_report_counts_the_samples_a_timeout_made_late(tmp_path):
+    """``--tables --late``: per launch, the (rank, call) samples more than half the
+    calibrated timeout over their rank's fastest call, from the harness's raw samples;
+    a shape whose profile has no timeout (a lossless fabric) is left out."""
+    t = 200_000.0
+    on_time = np.full((4, 5), 50_000.0) + np.arange(5) * 100.0
+    late = on_time.copy()
+    late[0, 1] += t
+    late[2, 1] += t
+    late[3, 4] += t
+    assert validate.late_samples(late, t) == (3 / 20, 2 / 5)
+    assert validate.late_samples(on_time, t) == (0.0, 0.0)
+    for queue, timeout in (("shallow", t), ("deep", None)):
+        fabric = f"loss_timeout_us = {timeout}\n" if timeout else ""
+        (tmp_path / f"profile-2x2-{queue}.toml").write_text(f"[fabric]\n{fabric}")
+        stem = tmp_path / f"measured-2x2-{queue}-alltoallv"
+        stem.with_suffix(".jsonl").write_text(json.dumps(
+            {"run_id": "r", "point": 0, "workload": "uniform", "size_bytes": 1 << 20,
+             "impl": "fanout"}) + "\n")  # fmt: skip
+        stem.with_suffix(".raw.jsonl").write_text(
+            json.dumps({"run_id": "r", "point": 0, "samples_us": late.tolist()}) + "\n"
+        )
+    lines = validate.late_report([tmp_path]).splitlines()
+    assert lines[2:] == [f"| {tmp_path.name} | measured-2x2-shallow-alltoallv | uniform | 1M | "
+                         "fanout | 1 | 0.15 | 0.40 |"]  # fmt: skip

@@ -136,10 +136,12 @@ def _check(proc: subprocess.CompletedProcess, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {proc.returncode}): {tail}")
 
 
-def calibrate(prefix: str, out: Path, flow_control: str, passes: int, timeout: float) -> Path:
+def calibrate(prefix: str, out: Path, flow_control: str, passes: int, timeout: float,
+              fabric_bytes: str = "4M") -> Path:  # fmt: skip
     """Run ``commbench calibrate`` on the cluster; the profile's path."""
     proc = _cmd(prefix, ["commbench", "calibrate", "--out", str(out), "--flow-control",
-                         flow_control, "--reps", "5", "--passes", str(passes)], timeout)  # fmt: skip
+                         flow_control, "--reps", "5", "--passes", str(passes),
+                         "--fabric-bytes", fabric_bytes], timeout)  # fmt: skip
     _check(proc, "calibrate")
     print(proc.stdout.strip(), flush=True)
     return out
@@ -269,7 +271,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     flow = "lossy" if queue == "shallow" else "lossless"
     try:
         profile = calibrate(args.prefix, args.out / f"profile-{tag}.toml", flow, args.passes,
-                            args.timeout)  # fmt: skip
+                            args.timeout, args.fabric_bytes)  # fmt: skip
         for collective, impls, sizes, workloads in jobs:
             out = args.out / f"measured-{tag}-{collective}.jsonl"
             pool = args.pool_steps and collective == "allreduce"
@@ -302,7 +304,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
             mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
             after = calibrate(args.prefix, args.out / f"profile-{tag}-after.toml", flow,
-                              args.passes, args.timeout)  # fmt: skip
+                              args.passes, args.timeout, args.fabric_bytes)  # fmt: skip
             moved = drift(fabric_constants(profile), fabric_constants(after))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the rows are kept
             print(f"  {tag}: the second calibration failed, no drift: {exc}", flush=True)
@@ -447,6 +449,52 @@ def remodel(rows: list[dict], folder: Path, seed: int, calls: dict[str, int]) ->
     return out
 
 
+def late_samples(samples, timeout_us: float) -> tuple[float, float]:
+    """``(late share, calls with a late rank)`` of one launch's ``samples_us`` (ranks x
+    calls): a sample is late where it is more than half the calibrated retransmission
+    timeout over its rank's fastest call."""
+    t = np.asarray(samples, dtype=np.float64)
+    late = t - t.min(axis=1, keepdims=True) > timeout_us / 2
+    return float(late.mean()), float(late.any(axis=0).mean())
+
+
+def late_report(folders: list[Path]) -> str:
+    """Per launch of every point of the runs in ``folders`` on a lossy fabric (a shape's
+    calibrated profile with a ``loss_timeout_us``): the share of its (rank, call) samples
+    a timeout made late and of its calls with a late rank (:func:`late_samples`), from
+    the raw side files the harness wrote."""
+    lines = [
+        "| run | file | workload | size | impl | launch | late samples | calls with one |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for folder in folders:
+        for path in sorted(folder.glob("measured-*.jsonl")):
+            if path.name.endswith(".raw.jsonl"):
+                continue
+            tag = path.stem.removeprefix("measured-").rsplit("-", 1)[0]  # SHAPE-QUEUE
+            timeout = fabric_constants(folder / f"profile-{tag}.toml").get("loss_timeout_us")
+            raw = path.with_name(path.name[: -len(".jsonl")] + ".raw.jsonl")
+            if not timeout or not raw.exists():
+                continue
+            samples = {}
+            for line in raw.open():
+                r = json.loads(line)
+                samples[r["run_id"], r["point"]] = r["samples_us"]
+            seen: dict[tuple, int] = {}
+            for line in path.open():
+                rec = json.loads(line)
+                got = samples.get((rec["run_id"], rec["point"]))
+                if got is None:
+                    continue
+                key = (rec.get("workload"), rec["size_bytes"], rec["impl"])
+                seen[key] = seen.get(key, 0) + 1
+                share, calls = late_samples(got, timeout)
+                lines.append(f"| {folder.name} | {path.stem} | {key[0] or '-'} | "
+                             f"{format_size(key[1])} | {key[2]} | {seen[key]} | {share:.2f} | "
+                             f"{calls:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def write_doc(doc: Path, text: str) -> None:
     """Put ``text`` between the markers of ``doc`` (appended with them if absent)."""
     old = doc.read_text() if doc.exists() else ""
@@ -508,6 +556,11 @@ def main(argv: list[str] | None = None) -> int:
                         "sizes take a few ms a call")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="interleaved launches per point")
     p.add_argument("--passes", type=int, default=3, help="calibrate's passes (default 3)")
+    p.add_argument("--fabric-bytes", default="4M",
+                   help="calibrate's --fabric-bytes (default 4M): its fabric points' sizes")  # fmt: skip
+    p.add_argument("--late", action="store_true",
+                   help="with --tables: also each launch's share of (rank, call) samples a "
+                        "timeout made late, from the run's raw samples")  # fmt: skip
     p.add_argument("--pool-steps", action=argparse.BooleanOptionalAction, default=True,
                    help="before each all-reduce launch, measure a step's fixed costs again "
                    "(calibrate --update) and model all-reduce from their median (default on)")  # fmt: skip
@@ -544,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             headers.append(header)
         text = report(rows, "\n\n".join(headers))
         print(text)
+        if args.late:
+            print("\n" + late_report([p.parent for p in args.tables]))
         if args.doc:
             write_doc(args.doc, text)
         return 0
@@ -551,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         a2a_shapes, ar_shapes = parse_shapes(args.a2a_shapes), parse_shapes(args.ar_shapes)
         a2a_sizes = [parse_size(s) for s in args.a2a_sizes.split(",") if s]
         ar_sizes = [parse_size(s) for s in args.ar_sizes.split(",") if s]
+        for size in args.fabric_bytes.split(","):
+            parse_size(size)  # refused here, not after a cluster is up
         queues = [q for q in args.queues.split(",") if q]
         bad = [q for q in queues if q not in QUEUES]
         if bad:
