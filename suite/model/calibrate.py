@@ -29,7 +29,8 @@ Nothing is taken from the collectives the profile is used to predict. The points
     beside the median one.
 ``flows``
     every rank streams ``--bytes`` at once, split evenly over k ranks of other nodes
-    (k = 2, 4, ... up to every remote rank; each rank also receives k flows: the k
+    (k = 2, 4, ... up to every remote rank, and the other nodes' count, a rail
+    all-to-all's fan; each rank also receives k flows: the k
     destinations are k node-and-index shifts, no incast beyond k): the rate all NICs
     reach with k concurrent flows each (``allnics`` is k = 1), ``fabric_flows_GBps``.
     Both again with each of ``--fabric-bytes`` (4 MiB) per rank: one curve per size, as
@@ -747,14 +748,19 @@ def nic_counts(nics: int) -> list[int]:
     return [1 << i for i in range(1, max(nics - 1, 1).bit_length())]
 
 
-def flow_counts(remote: int) -> list[int]:
-    """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks), and
-    ``remote`` itself (k = 1 is the ``allnics`` point)."""
+def flow_counts(remote: int, nodes: int) -> list[int]:
+    """k of the ``flows`` points: 2, 4, ... below ``remote`` (the remote ranks),
+    ``remote`` itself, and ``nodes - 1`` (the rank of its index on every other node: a
+    rail all-to-all's step, FAST's and balance-only's between nodes; on 4x2 k = 3, which
+    the others' k = 2 and 4 bracket but do not hold on a lossy fabric, where a port's
+    chance of a timeout moved from 0.04 at k = 2 to 0.23 at k = 4). k = 1 is the
+    ``allnics`` point."""
     ks, k = [], 2
     while k < remote:
         ks.append(k)
         k *= 2
-    return ks + ([remote] if remote > 1 else [])
+    ks += [remote] if remote > 1 else []
+    return sorted(set(ks) | ({nodes - 1} if 2 <= nodes - 1 <= remote else set()))
 
 
 def busy_pairs(nranks: int, g: int, tier: str) -> list[tuple[int, int]]:
@@ -929,7 +935,7 @@ def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     reps, ibytes = opts["reps"], opts["incast_bytes"]
     points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
               for size in fabric_sizes(opts["bytes"], opts["fabric_bytes"])
-              for k in flow_counts(p - g)]  # fmt: skip
+              for k in flow_counts(p - g, p // g)]  # fmt: skip
     remote = list(range(g, p))
     k = 1
     while k <= len(remote):
