@@ -2,9 +2,9 @@
 
 For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
 :mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`,
-:mod:`~commbench.benchmarks.bucket_state`): the
-``target-deep`` queue, a NIC rate given in the usual form, the cluster removed however the
-run ends.
+:mod:`~commbench.benchmarks.bucket_state`, :mod:`~commbench.benchmarks.burst_loss`): the
+``target-deep`` queue (or another emulated profile's), a NIC rate given in the usual
+form, the cluster removed however the run ends.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ def probe_parser(module: str, doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str) -> ClusterSpec:
-    """The probe's cluster (``UsageError`` on a bad node count or rate)."""
+def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str,
+                 profile: str = "target-deep") -> ClusterSpec:  # fmt: skip
+    """The probe's cluster on the emulated ``profile`` (``UsageError`` on a bad node
+    count or rate)."""
     from commbench.cluster.profiles import load_emulated_profile
 
-    prof = load_emulated_profile("target-deep")
+    prof = load_emulated_profile(profile)
     return prof.cluster_spec(prefix, nodes, ranks_per_node, parse_rate(nic))
 
 
