@@ -361,22 +361,6 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert proc.returncode == 2 and "update it on the same shape" in proc.stderr
 
 
-def test_a_lossy_calibrate_under_mpiexec_measures_the_join_points(tmp_path):
-    out = tmp_path / "lossy.toml"
-    proc = run_mpi(4, ["-m", "commbench", "calibrate", "--gpus-per-node", "2", "--out", str(out),
-                       "--flow-control", "lossy", "--bytes", "64K", "--fabric-bytes", "64K",
-                       "--incast-bytes", "16K", "--reps", "1", "--passes", "1",
-                       "--stage-rounds", "2"], timeout=180)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert parse_profile(tomllib.loads(out.read_text()), out).fabric.flow_control == "lossy"
-    df = pd.read_json(cal.points_path(out), lines=True)
-    joins = df[df["kind"] == "join"]
-    assert sorted(joins["bytes"]) == cal.join_sizes(64 << 10) == [8 << 10, 32 << 10, 64 << 10]
-    # every rank's time in each of the point's rounds (4 a --reps)
-    assert joins["rank_rounds_us"].map(lambda r: np.shape(r) == (4, 4)).all()
-    assert (joins["time_us"] >= joins["median_rank_us"]).all()
-
-
 def test_the_eager_limit_is_the_last_size_a_late_receiver_did_not_hold_up():
     late = cal.EAGER_LATE_S * 1e6
 
@@ -896,29 +880,6 @@ def test_a_lossy_fit_measures_the_timeout_and_each_ports_chance_of_one():
 
     assert OVERRIDES["loss_timeout_us"] == "loss_timeout_us"
     assert OVERRIDES["calls_averaged"] == "calls_averaged"
-
-
-def test_a_lossy_fit_reads_each_join_points_chance_of_a_timeout():
-    """``join`` rounds split with the flows points' (one timeout for the fabric): each
-    point's share of late receivers is the chance at its flow's bytes; the profile keeps
-    them for the lossy case only."""
-    rto = 200_000.0
-    pts = late_rounds(points(cap=0.02, flows={2: 0.015}), {2: 10}, rto)
-    for size, late in ((1 << 17, 2), (1 << 20, 8)):
-        times = 2 * size / 12.5 + np.linspace(-300.0, 300.0, 80)
-        times[:late] += rto
-        pts.append({"kind": "join", "tier": "scaleout", "peers": 1, "bytes": size, "reps": 20,
-                    "time_us": float(np.median(times)), "median_rank_us": float(np.median(times)),
-                    "rank_rounds_us": times.reshape(4, 20).tolist()})  # fmt: skip
-    c, why = cal.fit(pts, gpus_per_node=2, nranks=4, flow_control="lossy")
-    assert c["loss_timeout_us"] == pytest.approx(rto, rel=0.01)
-    assert c["loss_join"] == [[1, 0.025, 1 << 17], [1, 0.1, 1 << 20]]
-    assert "busy with one flow" in why["loss_join"]
-    table = FabricTable(scaleup="s", scaleout="n", **{k: v for k, v in c.items() if k != "incast"},
-                        incast_lossy=c["incast"], incast_lossless=0.0)  # fmt: skip
-    assert table.per_gpu(2, flow_control="lossy").join_chance(1 << 20) == pytest.approx(0.1)
-    assert table.per_gpu(2, flow_control="lossless").loss_join == ()
-    assert cal.join_sizes(1 << 20) == [1 << 17, 1 << 19, 1 << 20]
 
 
 def test_simulate_shows_a_lossy_profiles_timeouts_as_a_run_of_n_calls_reports_them(tmp_path):

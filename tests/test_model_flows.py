@@ -13,9 +13,7 @@ from commbench.kernels.model import Fabric, flows
 from commbench.kernels.model import alltoallv as a2a_model
 from commbench.kernels.model.fabric import step_finish
 from commbench.kernels.model.flows import (
-    expected_joins,
     fair_rates,
-    join_events,
     oldest_half_weights,
     one_loss_median,
     permutation_steps,
@@ -164,62 +162,6 @@ def test_loss_positions_are_capped_evenly(monkeypatch):
     assert runs == 5
     pred = a2a_model.spreadout(np.full((4, 4), 1_000, dtype=np.int64), fab)
     assert pred.info["loss_positions"] == 5
-
-
-JOIN = ((1.0, 0.02, 100_000.0), (1.0, 0.08, 1_000_000.0))
-
-
-def test_a_join_is_each_flow_into_a_port_after_a_flow_between_nodes():
-    """On 2 nodes of 4 ranks a shift schedule's receiver takes 4 consecutive steps from
-    the other node: 3 joins each, 24 a call; a step from its own node (shared memory)
-    leaves its NIC's port idle for the next. The chance is read at the busy flow's
-    bytes, on a log axis between the measured sizes."""
-    p, g = 8, 4
-    fab = fabric(gpus_per_node=g, loss_join=JOIN)
-    nb = np.full((p - 1, p), 100_000.0)
-    events = join_events(fab, _shifts(p), nb)
-    assert len(events) == 24 and {c for _, _, c in events} == {0.02}
-    src = np.argsort(_shifts(p), axis=1)  # src[k][r]: who sends to r in step k
-    for k, s, _ in events:  # the joining flow crosses nodes, and so did the one before
-        r = _shifts(p)[k, s]
-        assert k >= 1 and s // g != r // g and src[k - 1, r] // g != r // g
-    mid = fab.join_chance(math.sqrt(1e5 * 1e6))
-    assert mid == pytest.approx(0.05) and fab.join_chance(1e7) == pytest.approx(0.08)
-    assert join_events(fab.with_(loss_join=()), _shifts(p), nb) == []
-
-
-def test_expected_joins_add_each_timeout_by_its_chance():
-    """Without joins the steps as lossless; with them each rank's finish moves by the
-    sum of each join's chance times what that timeout alone adds (linear: doubling
-    every chance doubles the added time)."""
-    p = 4
-    nb = np.full((p - 1, p), 50_000.0)
-    fab = fabric(nic_send_buffer_bytes=8_000.0, loss_timeout_us=TIMEOUT)
-    base = permutation_steps(fab, _shifts(p), nb)
-    same, runs = expected_joins(fab, _shifts(p), nb)
-    assert runs == 0 and same == pytest.approx(base)
-    once = fab.with_(loss_join=((1.0, 0.05),))
-    twice = fab.with_(loss_join=((1.0, 0.10),))
-    finish, runs = expected_joins(once, _shifts(p), nb)
-    assert runs == p * (p - 2)  # every step but the first joins a busy port
-    doubled, _ = expected_joins(twice, _shifts(p), nb)
-    assert doubled - base == pytest.approx(2 * (finish - base))
-    by_hand = base.copy()
-    for k, r, chance in join_events(once, _shifts(p), nb):
-        delay = np.zeros(nb.shape)
-        delay[k, r] = TIMEOUT
-        by_hand += chance * (permutation_steps(once, _shifts(p), nb, delay) - base)
-    assert finish == pytest.approx(by_hand)
-    # at most chance x joins timeouts; in a uniform call most of each shows
-    added = finish.max() - base.max()
-    assert 0.5 * 0.05 * p * (p - 2) * TIMEOUT <= added <= 0.05 * p * (p - 2) * TIMEOUT
-    pred = a2a_model.spreadout(np.full((p, p), 50_000, dtype=np.int64), once)
-    assert pred.time_us == pytest.approx(finish.max()) and pred.info["loss_positions"] == 8
-
-
-def test_bad_join_chances_are_refused():
-    with pytest.raises(ValueError, match="loss_join"):
-        fabric(loss_join=((1.0, 1.5, 1e5),))
 
 
 def test_bad_schedules_are_refused():

@@ -42,7 +42,7 @@ import numpy as np
 
 from commbench.kernels.fast.scheduler import BALANCE_MODES, PHASES
 from commbench.kernels.model.fabric import Fabric, step_finish
-from commbench.kernels.model.flows import expected_joins, one_loss_median, permutation_steps
+from commbench.kernels.model.flows import one_loss_median, permutation_steps
 
 
 @dataclass
@@ -246,9 +246,7 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     """Shifted round-robin: step k sends to ``(r + k) mod P``. Where the fabric's sends
     return with bytes still on their way (``nic_send_buffer_bytes``), flow by flow
     (:func:`~commbench.kernels.model.flows.permutation_steps`; on a lossy fabric the
-    expected call over the timeouts its ranks' drift costs where the fabric's
-    ``loss_join`` is measured, :func:`~commbench.kernels.model.flows.expected_joins`,
-    else the median call over where its one loss falls,
+    median call over where its one loss falls,
     :func:`~commbench.kernels.model.flows.one_loss_median`), else step by step."""
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
@@ -257,8 +255,7 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     if fabric.nic_send_buffer_bytes > 0 and p > 1:
         nb = d[ranks[None, :], shifts]
         if fabric.loss_timeout_us > 0:
-            lossy = expected_joins if fabric.loss_join else one_loss_median
-            ready, runs = lossy(fabric, shifts, nb)
+            ready, runs = one_loss_median(fabric, shifts, nb)
             info.update(loss_positions=runs)
         else:
             ready = permutation_steps(fabric, shifts, nb)

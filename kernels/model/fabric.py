@@ -188,13 +188,6 @@ class Fabric:
     #: step (read as :meth:`cap_GBps` reads its curves; ``commbench calibrate``'s lossy
     #: ``flows`` points); empty: every such step pays one
     loss_late: tuple = ()
-    #: ``((1, chance, flow bytes), ...)``: the chance that a message joining a port busy
-    #: with one flow of that many bytes (the next step's first fragment from a sender
-    #: that drifted ahead) pays a timeout (read over the bytes as :meth:`cap_GBps` reads
-    #: its curves; ``commbench calibrate``'s lossy ``join`` points); empty: a permutation
-    #: schedule's call pays one timeout, at its median position
-    #: (:mod:`~commbench.kernels.model.flows`)
-    loss_join: tuple = ()
     #: the calls a reported time averages: the slowest rank's mean over m calls holds the
     #: largest share of m calls any rank drew a timeout in (:func:`late_share`); 1: one
     #: call's expected time
@@ -221,8 +214,6 @@ class Fabric:
         object.__setattr__(self, "_flow_caps", _curves(self, "fabric_flows", "GB/s > 0", math.inf))
         object.__setattr__(self, "_tails", _curves(self, "fabric_tail", "stretch >= 1", 1.0))
         object.__setattr__(self, "_late", _curves(self, "loss_late", "chance in [0, 1]", 0.0,
-                                                  lambda v: 0 <= v <= 1))  # fmt: skip
-        object.__setattr__(self, "_join", _curves(self, "loss_join", "chance in [0, 1]", 0.0,
                                                   lambda v: 0 <= v <= 1))  # fmt: skip
         m = self.calls_averaged
         if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
@@ -297,13 +288,6 @@ class Fabric:
             return 1.0 if np.ndim(nics) == 0 else np.ones(np.shape(nics))
         per_doubling = _read(self._tails, flows_per_nic, nic_bytes)
         return per_doubling ** np.log2(np.maximum(nics, 1.0))
-
-    def join_chance(self, flow_bytes) -> float | np.ndarray:
-        """The chance that a message joining a port busy with one flow of ``flow_bytes``
-        pays a retransmission timeout (``loss_join``; 0 where it has none)."""
-        if not self.loss_join:
-            return 0.0 if np.ndim(flow_bytes) == 0 else np.zeros(np.shape(flow_bytes))
-        return _read(self._join, 1.0, flow_bytes)
 
     def wire_time_us(
         self, nbytes, concurrent=1, nic_bytes=None, message_bytes=None

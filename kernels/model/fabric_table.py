@@ -71,9 +71,7 @@ class FabricTable(BaseModel):
       fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier)
       and ``loss_late`` (``[[senders, chance, bytes per NIC], ...]``: the chance that a
       NIC taking that many senders at once pays one, measured with it; none: every such
-      step pays one) and ``loss_join`` (``[[1, chance, flow bytes], ...]``: the chance
-      that a message joining a port busy with one flow of that many bytes pays one,
-      measured with it; none: a spread-out call pays one, at its median position).
+      step pays one).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -112,7 +110,6 @@ class FabricTable(BaseModel):
     scaleout_queue_bytes: float | None = Field(None, ge=0)
     loss_timeout_us: float | None = Field(None, ge=0)
     loss_late: list[list[float]] | None = None
-    loss_join: list[list[float]] | None = None
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -168,8 +165,6 @@ class FabricTable(BaseModel):
             values["loss_timeout_us"] = self.loss_timeout_us
             if self.loss_late is not None:
                 values["loss_late"] = tuple(tuple(row) for row in self.loss_late)
-            if self.loss_join is not None:
-                values["loss_join"] = tuple(tuple(row) for row in self.loss_join)
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)
             if coefficient is None:

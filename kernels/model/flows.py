@@ -112,8 +112,8 @@ def permutation_steps(
     return sim.run()
 
 
-#: the most loss positions :func:`one_loss_median` and :func:`expected_joins` run
-#: (evenly spaced beyond it): the model's cost stays bounded at large P
+#: the most loss positions :func:`one_loss_median` runs (evenly spaced over the flows
+#: between nodes beyond it): the model's cost stays bounded at large P
 LOSS_POSITIONS = 64
 
 
@@ -146,55 +146,6 @@ def one_loss_median(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tupl
         runs.append(permutation_steps(fabric, dst, nb, delay))
     order = np.argsort([run.max() for run in runs], kind="stable")
     return runs[int(order[len(runs) // 2])], len(where)
-
-
-def join_events(
-    fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray
-) -> list[tuple[int, int, float]]:
-    """``[(step, sender, chance), ...]``: the flows between nodes that may join a port
-    still busy with the step before's, and their chance of a timeout. A rank that has
-    drifted ahead sends its next message's first fragment before its receiver has
-    matched it, into a port still taking the step before's flow from another rank: for
-    each rank and step k >= 1 whose flow in and step k - 1's are both between nodes,
-    the chance that a message joining a port busy with one flow of step k - 1's bytes
-    pays one (:meth:`Fabric.join_chance`), charged to step k's flow."""
-    dst = np.asarray(dst, dtype=np.int64)
-    nb = np.asarray(nbytes, dtype=np.float64)
-    g = fabric.gpus_per_node
-    src = np.argsort(dst, axis=1)  # src[k][r]: who sends to r in step k
-    size_in = np.take_along_axis(nb, src, axis=1)
-    cross_in = (size_in > 0) & (src // g != np.arange(dst.shape[1])[None, :] // g)
-    events = []
-    for k, r in np.argwhere(cross_in[1:] & cross_in[:-1]):
-        chance = float(fabric.join_chance(size_in[k, r]))
-        if chance > 0:
-            events.append((int(k) + 1, int(src[k + 1, r]), chance))
-    return events
-
-
-def expected_joins(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, int]:
-    """Permutation steps on a lossy fabric whose ``loss_join`` is measured: ``(each
-    rank's expected finish, timeout positions run)``. Each of the :func:`join_events`
-    adds, with its chance, what one timeout there adds to each rank's finish (that flow
-    starts ``loss_timeout_us`` late, :func:`permutation_steps`): the expectation over
-    independent joins, a timeout on a flow with slack hidden, one on the critical path
-    paid. At most :data:`LOSS_POSITIONS` are run (evenly spaced, each standing for its
-    share of the rest)."""
-    base = permutation_steps(fabric, dst, nbytes)
-    events = join_events(fabric, dst, nbytes) if fabric.loss_timeout_us > 0 else []
-    if not events:
-        return base, 0
-    picked = events
-    if len(events) > LOSS_POSITIONS:
-        picked = [
-            events[i] for i in np.linspace(0, len(events) - 1, LOSS_POSITIONS).round().astype(int)
-        ]
-    extra = np.zeros_like(base)
-    for k, r, chance in picked:
-        delay = np.zeros(np.shape(dst))
-        delay[k, r] = fabric.loss_timeout_us
-        extra += chance * (permutation_steps(fabric, dst, nbytes, delay) - base)
-    return base + extra * (len(events) / len(picked)), len(picked)
 
 
 class _Run:

@@ -5,8 +5,7 @@ timeouts although each of its steps sends one flow into each port: its ranks dri
 apart, and a rank that starts its next step early sends the first fragment of its
 message (what the transport sends before the receiver has matched it) into a port still
 taking the step before from another rank. This probe measures that alone, as a step
-does it (calibrate's ``join`` point, :func:`commbench.model.calibrate.join_rounds`, with
-a base and a message size of its own): every rank streams ``--sizes`` bytes to the rank
+does it (:func:`join_rounds`): every rank streams ``--sizes`` bytes to the rank
 of its index on the next node and, at a random point of that flow, sends a message
 (``--message`` bytes, default the flow's) to a rank of another node, which posts its
 receive for it once its flow has arrived: every port takes one flow and, part-way
@@ -26,6 +25,7 @@ itself on such a cluster.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -62,10 +62,58 @@ def report(nbytes: int, shares: dict[str, float], samples: int) -> str:
             f"{shares['late_busy']:.3f} with the message part-way ({samples} receiver rounds each)")  # fmt: skip
 
 
-def worker(args) -> int:
+def join_rounds(comm, g: int, nbytes: int, n: int, rng, part_way: bool = True,
+                message: int | None = None) -> np.ndarray:  # fmt: skip
+    """Every rank's seconds in each of ``n`` rounds (ranks x rounds) of the probe's
+    pattern: every rank streams ``nbytes`` to its first
+    :func:`~commbench.model.calibrate.flow_peers` peer (the
+    rank of its index on the next node) and sends a message (``message`` bytes, default
+    ``nbytes``: a step after a step) to its second, a rank of another node, at a random
+    point of its flow (``part_way``) or, for a base, once every flow has arrived; each
+    rank posts the message's receive once its flow has arrived, as a step after a step
+    does. A round is timed per rank until both have arrived: with the message part-way
+    every port takes one flow and, part-way through, the start of a second sender's
+    message, as the ports of a spread-out whose ranks have drifted apart do."""
     from mpi4py import MPI
 
-    from commbench.model.calibrate import join_rounds
+    p, rank = comm.size, comm.rank
+    nodes = p // g
+    from commbench.model.calibrate import flow_peers
+
+    to = flow_peers(rank, nodes, g, 2)
+    frm = [next(r for r in range(p) if flow_peers(r, nodes, g, 2)[j] == rank) for j in (0, 1)]
+    flow, flow_in = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    size = nbytes if message is None else message
+    msg, msg_in = np.ones(size, np.uint8), np.empty(size, np.uint8)
+
+    def one(at: float) -> tuple[float, float]:
+        """(seconds until the flow arrived, until the message did)"""
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        got = comm.Irecv(flow_in, source=frm[0], tag=11)
+        sends = [comm.Isend(flow, dest=to[0], tag=11)]
+        while not got.Test():  # in MPI all along: the flows move on
+            MPI.Request.Testall(sends)
+            if len(sends) == 1 and MPI.Wtime() - t0 >= at:
+                sends.append(comm.Isend(msg, dest=to[1], tag=12))
+        flow_s = MPI.Wtime() - t0
+        if len(sends) == 1:  # the base (or a flow that ended before its point)
+            if not part_way:
+                comm.Barrier()
+            sends.append(comm.Isend(msg, dest=to[1], tag=12))
+        comm.Recv(msg_in, source=frm[1], tag=12)
+        took = MPI.Wtime() - t0
+        MPI.Request.Waitall(sends)
+        return flow_s, took
+
+    flow_s = comm.allreduce(one(math.inf)[0], op=MPI.MAX)  # the flow's time, and a warm-up
+    at = (lambda: rng.uniform(0.05, 0.95) * flow_s) if part_way else (lambda: math.inf)
+    every = np.array([one(at())[1] for _ in range(n)])
+    return np.array(comm.allgather(every))
+
+
+def worker(args) -> int:
+    from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     g = args.ranks_per_node

@@ -82,13 +82,6 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
-``join``
-    (a lossy fabric only) every rank streams an eighth, a half and all of ``--bytes`` to
-    the rank of its index on the next node and, at a random point of that flow, starts
-    a message of as many bytes to a rank of another node, whose receive is posted once
-    its own flow has arrived (:func:`join_rounds`): each port takes a second sender's
-    first fragment while busy with a flow, as a spread-out's ports do when its ranks
-    drift apart. The share of receivers a timeout made late is ``loss_join``.
 ``stage``
     rounds of an empty exchange (0 bytes) with a rail partner, all ranks at once, the
     partner shifting every round as FAST's stages do: one stage's fixed cost.
@@ -163,19 +156,6 @@ POST_COUNTS = (1, 16, 64)
 #: idle before each ``burst`` round: refills a shaped NIC's token bucket (at 100 Mbit/s
 #: one of 1 MB refills in 80 ms)
 BURST_IDLE_S = 0.1
-
-
-#: rounds of a ``join`` point per ``--reps`` and pass: its chances are a few in a
-#: hundred, counted over ranks x rounds
-JOIN_ROUNDS_PER_REP = 4
-#: the seed of the ``join`` points' random points in their flows (plus the rank)
-JOIN_SEED = 12
-
-
-def join_sizes(nbytes: int) -> list[int]:
-    """The flow bytes of the ``join`` points: an eighth, a half and all of ``--bytes``
-    (at 1 MiB: the flows of a spread-out of 8 ranks at 1 to 8 MiB a rank)."""
-    return sorted({max(nbytes // 8, 1), max(nbytes // 2, 1), nbytes})
 
 
 #: message sizes of the ``eager`` points, and how late their receiver posts (seconds)
@@ -444,53 +424,6 @@ def _flows(comm, g: int, k: int, nbytes: int, reps: int) -> tuple:
     body()
     every = rank_rounds(comm, body, reps)
     return float(np.median(every.max(axis=0))), float(np.median(np.median(every, axis=0))), every
-
-
-def join_rounds(comm, g: int, nbytes: int, n: int, rng, part_way: bool = True,
-                message: int | None = None) -> np.ndarray:  # fmt: skip
-    """Every rank's seconds in each of ``n`` rounds (ranks x rounds) of the ``join``
-    pattern: every rank streams ``nbytes`` to its first :func:`flow_peers` peer (the
-    rank of its index on the next node) and sends a message (``message`` bytes, default
-    ``nbytes``: a step after a step) to its second, a rank of another node, at a random
-    point of its flow (``part_way``) or, for a base, once every flow has arrived; each
-    rank posts the message's receive once its flow has arrived, as a step after a step
-    does. A round is timed per rank until both have arrived: with the message part-way
-    every port takes one flow and, part-way through, the start of a second sender's
-    message, as the ports of a spread-out whose ranks have drifted apart do."""
-    from mpi4py import MPI
-
-    p, rank = comm.size, comm.rank
-    nodes = p // g
-    to = flow_peers(rank, nodes, g, 2)
-    frm = [next(r for r in range(p) if flow_peers(r, nodes, g, 2)[j] == rank) for j in (0, 1)]
-    flow, flow_in = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    size = nbytes if message is None else message
-    msg, msg_in = np.ones(size, np.uint8), np.empty(size, np.uint8)
-
-    def one(at: float) -> tuple[float, float]:
-        """(seconds until the flow arrived, until the message did)"""
-        comm.Barrier()
-        t0 = MPI.Wtime()
-        got = comm.Irecv(flow_in, source=frm[0], tag=11)
-        sends = [comm.Isend(flow, dest=to[0], tag=11)]
-        while not got.Test():  # in MPI all along: the flows move on
-            MPI.Request.Testall(sends)
-            if len(sends) == 1 and MPI.Wtime() - t0 >= at:
-                sends.append(comm.Isend(msg, dest=to[1], tag=12))
-        flow_s = MPI.Wtime() - t0
-        if len(sends) == 1:  # the base (or a flow that ended before its point)
-            if not part_way:
-                comm.Barrier()
-            sends.append(comm.Isend(msg, dest=to[1], tag=12))
-        comm.Recv(msg_in, source=frm[1], tag=12)
-        took = MPI.Wtime() - t0
-        MPI.Request.Waitall(sends)
-        return flow_s, took
-
-    flow_s = comm.allreduce(one(math.inf)[0], op=MPI.MAX)  # the flow's time, and a warm-up
-    at = (lambda: rng.uniform(0.05, 0.95) * flow_s) if part_way else (lambda: math.inf)
-    every = np.array([one(at())[1] for _ in range(n)])
-    return np.array(comm.allgather(every))
 
 
 def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
@@ -923,44 +856,32 @@ def port_loss(late: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def fit_loss(points: list[dict]) -> tuple[float, list[list[float]], list[list[float]]] | None:
-    """``(loss_timeout_us, loss_late, loss_join)`` on a lossy fabric from the rank rounds
-    of the ``flows`` and ``join`` points, or None where no round stands apart.
+def fit_loss(points: list[dict]) -> tuple[float, list[list[float]]] | None:
+    """``(loss_timeout_us, loss_late)`` on a lossy fabric from the ``flows`` points' rank
+    rounds, or None where no round stands apart.
 
-    A ``flows`` round's excess is its time over the median rank's in the ``allnics``
-    point of its size (the same bytes each way, one sender a port). The excesses of
-    every ``flows`` point, pooled, split in two where the variance within the two is
-    least; where the upper part stands apart (its mean above the lower's by four of the
-    lower's standard deviations) its rounds are the ones a retransmission timeout made
-    late (TCP's timeout is 200 ms at least, the rounds ~100 ms), the timeout is the upper
-    part's median over the lower's (:func:`split_late`; from the ``join`` points where
-    no flows round stands apart). The ``join`` rounds, each over its point's median
-    (the flows' excesses hold their k flows' slowdown too), split on their own. Each ``flows`` point's share of late rounds gives its ports'
-    chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank], ...]``; each
-    ``join`` point's share of late receivers is the chance that a message joining a
-    port busy with one flow of its bytes pays one: ``[[1, p, flow bytes], ...]``."""
+    A round's excess is its time over the median rank's in the ``allnics`` point of its
+    size (the same bytes each way, one sender a port). The excesses of every ``flows``
+    point, pooled, split in two where the variance within the two is least; where the
+    upper part stands apart (its mean above the lower's by four of the lower's standard
+    deviations) its rounds are the ones a retransmission timeout made late (TCP's
+    timeout is 200 ms at least, the rounds ~100 ms), the timeout is the upper part's
+    median over the lower's (:func:`split_late`), and each point's share of late rounds
+    gives its ports' chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank],
+    ...]``."""
     base = {q["bytes"]: _through_us(q) for q in points if q["kind"] == "allnics"}
     flows = [q for q in points
              if q["kind"] == "flows" and q.get("rank_rounds_us") and q["bytes"] in base]  # fmt: skip
-    joins = [q for q in points if q["kind"] == "join" and q.get("rank_rounds_us")]
-    excess = [np.asarray(q["rank_rounds_us"], float).ravel() - base[q["bytes"]] for q in flows]
-    joined = [np.asarray(q["rank_rounds_us"], float).ravel() for q in joins]
-    joined = [t - np.median(t) for t in joined]
-    flows_split = split_late(np.concatenate(excess)) if flows else None
-    joins_split = split_late(np.concatenate(joined)) if joins else None
-    if flows_split is None and joins_split is None:
+    if not flows:
         return None
-    timeout = (flows_split or joins_split)[1]
-
-    def late(e: np.ndarray, split: tuple | None) -> float:
-        return float((e > split[0]).mean()) if split is not None else 0.0
-
-    rows = [[q["peers"], _round(port_loss(late(e, flows_split), q["peers"])), q["bytes"]]
+    excess = [np.asarray(q["rank_rounds_us"], float).ravel() - base[q["bytes"]] for q in flows]
+    split = split_late(np.concatenate(excess))
+    if split is None:
+        return None
+    threshold, timeout = split
+    rows = [[q["peers"], _round(port_loss(float((e > threshold).mean()), q["peers"])), q["bytes"]]
             for q, e in zip(flows, excess, strict=True)]  # fmt: skip
-    join_rows = [[1, _round(late(e, joins_split)), q["bytes"]]
-                 for q, e in zip(joins, joined, strict=True)]  # fmt: skip
-    return (timeout, sorted(rows, key=lambda row: (row[2], row[0])),
-            sorted(join_rows, key=lambda row: row[2]))  # fmt: skip
+    return timeout, sorted(rows, key=lambda row: (row[2], row[0]))
 
 
 def split_late(times) -> tuple[float, float] | None:
@@ -1009,19 +930,12 @@ def _point(kind: str, tier: str, peers: int, size: int, seconds, n_reps: int) ->
 
 def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """One pass over the points that overflow ports: ``flows`` at each fabric size (k
-    senders into every NIC), on a lossy fabric ``join`` (:func:`join_sizes`), then
-    ``incast`` (k = 1, 2, 4, ... senders into rank 0)."""
+    senders into every NIC), then ``incast`` (k = 1, 2, 4, ... senders into rank 0)."""
     p, g = comm.size, gpus_per_node
     reps, ibytes = opts["reps"], opts["incast_bytes"]
     points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
               for size in fabric_sizes(opts["bytes"], opts["fabric_bytes"])
               for k in flow_counts(p - g, p // g)]  # fmt: skip
-    if opts.get("lossy") and p - g >= 2:  # a second sender on another node for every port
-        rng = np.random.default_rng(JOIN_SEED + comm.rank)
-        for size in join_sizes(opts["bytes"]):
-            every = join_rounds(comm, g, size, JOIN_ROUNDS_PER_REP * reps, rng)
-            secs = (float(np.median(every.max(axis=0))), float(np.median(every)), every)
-            points.append(_point("join", "scaleout", 1, size, secs, JOIN_ROUNDS_PER_REP * reps))
     remote = list(range(g, p))
     k = 1
     while k <= len(remote):
@@ -1150,8 +1064,8 @@ def fit(
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
     (:func:`eager_limit`). On a ``lossy`` fabric the ``flows`` points, whose receivers
     each take k senders, lose packets, so the cap and the tail come from the k = 1 points
-    alone, and ``loss_timeout_us``, ``loss_late`` and ``loss_join`` come from their and
-    the ``join`` points' rounds made late by a retransmission timeout (:func:`fit_loss`).
+    alone, and ``loss_timeout_us`` and ``loss_late`` come from their rounds made late
+    by a retransmission timeout (:func:`fit_loss`).
     """
     g, nodes = gpus_per_node, nranks // gpus_per_node
     c: dict[str, Any] = {}
@@ -1269,16 +1183,7 @@ def fit(
         )
     loss = fit_loss(points) if lossy else None
     if loss is not None:
-        c["loss_timeout_us"], c["loss_late"], joins = loss
-        if joins:
-            c["loss_join"] = joins
-            why["loss_join"] = (
-                "the join points' rounds (every rank streaming a flow of that many bytes to "
-                "a rank of another node, and part-way through it the start of a message to "
-                "another node's rank from a second sender), each over its point's median, "
-                "the rounds standing apart late ([1, chance, flow bytes]): the chance that a "
-                "message joining a port busy with one flow pays a timeout"
-            )
+        c["loss_timeout_us"], c["loss_late"] = loss
         why["loss_timeout_us"] = (
             "the flows points' rank rounds on the lossy fabric, each over the allnics "
             "point's median rank at its size: the rounds standing apart (late by a "
@@ -1720,7 +1625,6 @@ def check_arguments(args) -> tuple[dict, dict]:
         "passes": args.passes,
         "stage_rounds": args.stage_rounds,
         "dtype": parse_dtype(args.datatype),
-        "lossy": getattr(args, "flow_control", "lossless") == "lossy",
     }
     for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds"):
         if opts[key] < 1:
