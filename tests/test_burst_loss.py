@@ -31,8 +31,16 @@ def test_none_late_where_no_round_stands_apart() -> None:
     assert shares["late_alone"] == shares["late_busy"] == shares["late_by"] == 0
 
 
+def test_timeouts_a_call_sum_every_nodes_counter() -> None:
+    before = {0: {"timeouts": 5, "retrans": 9}, 1: {"timeouts": 7, "retrans": 1}}
+    after = {0: {"timeouts": 9, "retrans": 90}, 1: {"timeouts": 10, "retrans": 50}}
+    assert burst_loss.timeouts_per_call(before, after, 11) == pytest.approx(7 / 11)
+
+
 @pytest.mark.parametrize("argv, says", [(["--rounds", "1"], "--rounds must be at least 2"),
-                                        (["--sizes", "1M,x"], "--sizes '1M,x'")])  # fmt: skip
+                                        (["--sizes", "1M,x"], "--sizes '1M,x'"),
+                                        (["--spreadout", "1M,,8M"], "--spreadout '1M,,8M'"),
+                                        (["--calls", "0"], "--calls at least 1")])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         burst_loss.main(argv)

@@ -16,22 +16,29 @@ round's excess over its mode's median); printed per size: the base, the share of
 receivers late without and with the overlap, and by how much.
 
     python -m commbench.benchmarks.burst_loss [--sizes 128K,512K,1M] [--message BYTES] [--rounds 40]
+        [--spreadout 1M,8M] [--calls 10]
 
 (root) brings up its own emulated cluster (prefix ``cbb``, 2 nodes x 4 ranks, the
-``target-shallow`` queue, ``--nic`` 100mbit), runs and takes it down. The ranks' TCP
-counters (``commbench cluster status``) show the timeouts of a run of the collective
-itself on such a cluster.
+``target-shallow`` queue, ``--nic`` 100mbit), runs and takes it down. Then, on the same
+cluster, it runs a uniform spread-out all-to-allv (``commbench run``) of each
+``--spreadout`` size a rank and prints the retransmission timeouts it paid a call by the
+nodes' TCP counters (``commbench cluster status`` shows them): what the joins cost the
+collective itself.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
+from commbench.model.calibrate import flow_peers, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbb"
@@ -43,7 +50,6 @@ def late_shares(alone: np.ndarray, busy: np.ndarray) -> dict[str, float]:
     a timeout made late: :func:`~commbench.model.calibrate.split_late` over both sets'
     excesses, each over its own median, as the message part-way ends a round sooner)
     and ``late_by`` (its median excess; 0 where none stands apart)."""
-    from commbench.model.calibrate import split_late
 
     alone, busy = np.asarray(alone, float).ravel(), np.asarray(busy, float).ravel()
     over_alone, over_busy = alone - np.median(alone), busy - np.median(busy)
@@ -62,6 +68,42 @@ def report(nbytes: int, shares: dict[str, float], samples: int) -> str:
             f"{shares['late_busy']:.3f} with the message part-way ({samples} receiver rounds each)")  # fmt: skip
 
 
+def timeouts_per_call(before: dict[int, dict[str, int]], after: dict[int, dict[str, int]],
+                      calls: int) -> float:  # fmt: skip
+    """Retransmission timeouts a call, all nodes together, from the nodes' TCP counters
+    (:func:`commbench.cluster.netns.tcp_counters`) before and after ``calls`` calls."""
+    return sum(after[n]["timeouts"] - before[n]["timeouts"] for n in after) / calls
+
+
+def spreadout_timeouts(sizes: list[int], calls: int):
+    """``then`` for :func:`owncluster.run_worker`: a uniform spread-out all-to-allv of
+    each size a rank (``commbench run``, ``calls`` timed calls and one warm-up) on the
+    probe's cluster, and the timeouts it paid a call by the nodes' counters."""
+
+    def run(spec, folder: Path) -> int:
+        from commbench.cluster import netns
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for size in sizes:
+                before = netns.tcp_counters(spec)
+                cmd = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix",
+                       spec.prefix, "--state", str(folder), "--timeout", "600", "--",
+                       "commbench", "run", "alltoallv", "--impl", "spreadout", "-b", str(size),
+                       "-e", str(size), "--workload", "uniform", "--timing", "latency",
+                       "-n", str(calls), "-w", "1", "--out", str(Path(tmp) / "spreadout.jsonl")]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=660)
+                if proc.returncode:
+                    print(proc.stderr.strip()[-1500:], file=sys.stderr)
+                    return proc.returncode
+                per_call = timeouts_per_call(before, netns.tcp_counters(spec), calls + 1)
+                print(f"spread-out, uniform, {format_size(size)} a rank: {per_call:.2f} "
+                      f"retransmission timeouts a call ({calls + 1} calls, the nodes' TCP "
+                      "counters)", flush=True)  # fmt: skip
+        return 0
+
+    return run
+
+
 def join_rounds(comm, g: int, nbytes: int, n: int, rng, part_way: bool = True,
                 message: int | None = None) -> np.ndarray:  # fmt: skip
     """Every rank's seconds in each of ``n`` rounds (ranks x rounds) of the probe's
@@ -78,8 +120,6 @@ def join_rounds(comm, g: int, nbytes: int, n: int, rng, part_way: bool = True,
 
     p, rank = comm.size, comm.rank
     nodes = p // g
-    from commbench.model.calibrate import flow_peers
-
     to = flow_peers(rank, nodes, g, 2)
     frm = [next(r for r in range(p) if flow_peers(r, nodes, g, 2)[j] == rank) for j in (0, 1)]
     flow, flow_in = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
@@ -144,13 +184,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40, help="rounds per size and mode (40)")
     parser.add_argument("--ranks-per-node", type=int, default=4, help="ranks (NICs) a node (4)")
     parser.add_argument("--seed", type=int, default=1, help="the message's points in the flow")
+    parser.add_argument("--spreadout", default="1M,8M",
+                        help="then a uniform spread-out of these sizes a rank and its timeouts "
+                        "a call by the nodes' counters (1M,8M; 'none': not)")  # fmt: skip
+    parser.add_argument("--calls", type=int, default=10, help="the spread-out's timed calls (10)")
     args = parser.parse_args(argv)
-    try:
-        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
-    except (ValueError, UsageError) as exc:
-        parser.error(f"--sizes {args.sizes!r}: {exc}")
-    if args.rounds < 2 or args.message < 0 or args.ranks_per_node < 1 or min(args.sizes) < 1:
-        parser.error("--rounds must be at least 2; --ranks-per-node and every size 1")
+    for name in ("sizes", "spreadout"):
+        text = getattr(args, name)
+        if name == "spreadout" and text == "none":
+            args.spreadout = []
+            continue
+        try:
+            setattr(args, name, [parse_size(s) for s in text.split(",")])
+        except (ValueError, UsageError) as exc:
+            parser.error(f"--{name} {text!r}: {exc}")
+    if args.rounds < 2 or args.message < 0 or args.ranks_per_node < 1 or args.calls < 1:
+        parser.error("--rounds must be at least 2; --ranks-per-node and --calls at least 1")
+    if min(args.sizes + args.spreadout) < 1:
+        parser.error("every size of --sizes and --spreadout must be at least 1 byte")
     if args.worker:
         return worker(args)
     try:
@@ -160,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--message", str(args.message),
             "--rounds", str(args.rounds), "--ranks-per-node", str(args.ranks_per_node),
             "--seed", str(args.seed)]  # fmt: skip
-    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.burst_loss", argv)
+    then = spreadout_timeouts(args.spreadout, args.calls) if args.spreadout else None
+    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.burst_loss",
+                                        argv, then)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from commbench.cluster.plan import ClusterSpec, parse_rate
@@ -40,9 +41,12 @@ def cluster_spec(prefix: str, nodes: int, ranks_per_node: int, nic: str,
     return prof.cluster_spec(prefix, nodes, ranks_per_node, parse_rate(nic))
 
 
-def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float = 600) -> int:
+def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float = 600,
+               then: Callable[[ClusterSpec, Path], int] | None = None) -> int:  # fmt: skip
     """Bring ``spec`` up (root), run ``python -m MODULE --worker ARGV...`` on every slot
-    through ``commbench cluster exec``, take the cluster down; the run's exit status."""
+    through ``commbench cluster exec`` (and, where it succeeded, ``then(spec, state
+    folder)`` on the same cluster), take the cluster down; the first non-zero exit
+    status, else 0."""
     from commbench.cluster import netns
 
     folder = Path(tempfile.mkdtemp(prefix=f"{spec.prefix}-state-"))
@@ -53,16 +57,18 @@ def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float =
         cmd = [sys.executable, "-m", "commbench", "cluster", "exec", "--prefix", spec.prefix,
                "--state", str(folder), "--timeout", str(timeout), "--",
                sys.executable, "-m", module, "--worker", *argv]  # fmt: skip
-        return subprocess.run(cmd, timeout=timeout + 60).returncode
+        status = subprocess.run(cmd, timeout=timeout + 60).returncode
+        return status or (then(spec, folder) if then is not None else 0)
     finally:
         netns.remove(spec.prefix, folder)
 
 
-def run_worker_or_say(prog: str, spec: ClusterSpec, module: str, argv: list[str]) -> int:
+def run_worker_or_say(prog: str, spec: ClusterSpec, module: str, argv: list[str],
+                      then: Callable[[ClusterSpec, Path], int] | None = None) -> int:  # fmt: skip
     """:func:`run_worker`, a cluster that cannot be built (not root, a tool missing) said
     in one line with exit status 2."""
     try:
-        return run_worker(spec, module, argv)
+        return run_worker(spec, module, argv, then=then)
     except UsageError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
