@@ -161,6 +161,27 @@ def test_fast_scaleout_time_is_lower_bound_plus_stage_costs():
     assert pred.lower_bound_us == pytest.approx(us(sched.lower_bound, NIC))
 
 
+def test_a_fast_stage_pays_the_tail_of_its_rail_not_of_every_nic():
+    """A measured tail (the slowest of n NICs sending at once, ``fabric_tail``) is paid by
+    each FAST stage over one rail's NICs, one a server: the rail's barrier starts a stage
+    where the rail's last NIC has ended, not the whole machine's; a step of all the NICs
+    with no such barrier (fan-out) pays the tail of all of them."""
+    g, s, b, tail = 2, 4, 1 << 16, 1.1
+    p = g * s
+    d = np.full((p, p), b, dtype=np.int64)
+    f = fab(g, fabric_tail=((1, tail),))
+    sched = schedule(d, g)
+    pred = a2a.fast(d, sched.transfers(), f)
+    k = pred.info["stages"]
+    rail = us(sched.lower_bound, NIC) * tail ** math.log2(s)  # the tail of s NICs
+    assert pred.info["stages_us"] == pytest.approx(rail + k * (STAGE + NIC_US))
+    everyone = step_finish(f, np.zeros(p), np.arange(p), (np.arange(p) + g) % p, np.full(p, b))
+    assert everyone.max() == pytest.approx(STAGE + NIC_US + us(b, NIC) * tail ** math.log2(p))
+    rails = step_finish(f, np.zeros(p), np.arange(p), (np.arange(p) + g) % p, np.full(p, b),
+                        tail_nics=s)  # fmt: skip
+    assert rails.max() == pytest.approx(STAGE + NIC_US + us(b, NIC) * tail ** math.log2(s))
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     s=st.integers(1, 4),

@@ -336,8 +336,11 @@ def _pairs(src: np.ndarray, dst: np.ndarray, nb: np.ndarray, p: int, g: int):
     return usrc, udst, total
 
 
-def _run_steps(fabric: Fabric, p: int, step, src, dst, nb) -> tuple[np.ndarray, np.ndarray, list]:
-    """Run the steps in increasing order (rows of one step are one grouped call).
+def _run_steps(
+    fabric: Fabric, p: int, step, src, dst, nb, tail_nics: int | None = None
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """Run the steps in increasing order (rows of one step are one grouped call;
+    ``tail_nics`` as :func:`step_finish`'s).
 
     Returns the final per-rank times, the step numbers that had rows, and the makespan
     after each of them.
@@ -354,7 +357,7 @@ def _run_steps(fabric: Fabric, p: int, step, src, dst, nb) -> tuple[np.ndarray, 
     for i in range(len(steps)):
         rows = order[bounds[i] : bounds[i + 1]]
         s_, d_, n_ = _pairs(src[rows], dst[rows], nb[rows], p, g)
-        ready = step_finish(fabric, ready, s_, d_, n_)
+        ready = step_finish(fabric, ready, s_, d_, n_, tail_nics=tail_nics)
         marks.append(float(ready.max()))
     return ready, steps, marks
 
@@ -406,7 +409,10 @@ def fast(
         xd = np.concatenate((dst[keep], src[lent]))
         xn = np.concatenate((nb[keep], nb[lent]))
         xstep = np.concatenate((step[keep], step[lent] - 1))
-    ready, steps_present, marks = _run_steps(fabric, p, xstep, xs, xd, xn)
+    # a stage waits for its rail's slowest NIC, not the machine's: the cpu backend's rail
+    # barrier (executor sync="rail") starts each stage where the rail's last has ended
+    servers = p // fabric.gpus_per_node
+    ready, steps_present, marks = _run_steps(fabric, p, xstep, xs, xd, xn, servers)
     prologue = marks[0] if steps_present.size and steps_present[0] == 0 else 0.0
     last_stage_idx = int(np.searchsorted(steps_present, k, side="right")) - 1
     if planned:

@@ -396,11 +396,16 @@ def step_finish(
     src: np.ndarray,
     dst: np.ndarray,
     nbytes: np.ndarray,
+    *,
+    tail_nics: int | None = None,
 ) -> np.ndarray:
     """Per-rank finish time of one grouped step whose flows are ``src -> dst``.
 
     ``ready_us[r]`` is when rank r enters the step. Zero-byte flows and self flows
-    (``src == dst``, a local copy) cost nothing and post no message. Returns a new array.
+    (``src == dst``, a local copy) cost nothing and post no message. ``tail_nics``: the
+    most NICs whose slowest the step's flows wait for (:meth:`Fabric.stretch`), where
+    the NICs sending at once are groups that start apart (default: all of them).
+    Returns a new array.
     """
     ready = np.asarray(ready_us, dtype=np.float64)
     p = ready.size
@@ -421,11 +426,12 @@ def step_finish(
     g = fabric.gpus_per_node
     cross = (src // g) != (dst // g)
     if cross.all():
-        _tier(fabric, finish, post, src, dst, nb, p, nic=True)
+        _tier(fabric, finish, post, src, dst, nb, p, nic=True, tail_nics=tail_nics)
     elif not cross.any():
         _tier(fabric, finish, post, src, dst, nb, p, nic=False)
     else:
-        _tier(fabric, finish, post, src[cross], dst[cross], nb[cross], p, nic=True)
+        _tier(fabric, finish, post, src[cross], dst[cross], nb[cross], p, nic=True,
+              tail_nics=tail_nics)  # fmt: skip
         up = ~cross
         _tier(fabric, finish, post, src[up], dst[up], nb[up], p, nic=False)
     return finish
@@ -534,8 +540,11 @@ def exchange_time_us(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
     return np.where(paired, fabric.exchange_time_us(nb), 0.0)
 
 
-def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> None:
-    """Flows of one tier: update ``finish`` in place with their end times."""
+def _tier(
+    fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool, tail_nics: int | None = None
+) -> None:
+    """Flows of one tier: update ``finish`` in place with their end times (``tail_nics``
+    as :func:`step_finish`'s)."""
     if nic:
         rate, alpha, incast = fabric.nic_GBps, fabric.nic_us, fabric.incast
     else:
@@ -558,7 +567,9 @@ def _tier(fabric: Fabric, finish, post, src, dst, nb, p: int, *, nic: bool) -> N
         np.maximum.at(alone, at, duration)
 
         def stretch(m: int) -> float:
-            return fabric.stretch(m, per_nic, nb.sum() / senders)
+            return fabric.stretch(
+                m if tail_nics is None else min(m, tail_nics), per_nic, nb.sum() / senders
+            )
 
         ends = shared_cap_us(np.bincount(at, nb, senders), alone, cap,
                              stretch if fabric.fabric_tail else None)  # fmt: skip
