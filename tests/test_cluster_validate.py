@@ -107,6 +107,17 @@ def test_tables_redraw_the_drift_and_remodel_from_the_saved_profile(tmp_path, ca
     assert "| 2x2 | deep | alltoallv | uniform | 4K | fanout |" in text and "| 4x1 |" in text
     for run in (tmp_path.name, "other"):  # the drift of each run's calibrations
         assert f"| {run} | 2x2 | deep | 100 -> 250 | 500 -> 450 |" in text
+    # a point measured again by a run listed later is that run's
+    again = tmp_path / "again"
+    again.mkdir()
+    pd.DataFrame([{**a2a, "measured_us": 30000.0}]).to_json(again / "rows.jsonl",
+                                                            orient="records", lines=True)  # fmt: skip
+    runs = [str(path), str(other / "rows.jsonl"), str(again / "rows.jsonl")]
+    assert validate.main(["--tables", *runs]) == 0
+    text = capsys.readouterr().out
+    assert "| 2x2 | deep | alltoallv | uniform | 4K | fanout | 30.00 |" in text
+    assert "| 2x2 | deep | alltoallv | uniform | 4K | fanout | 20.00 |" not in text
+    assert "1 point measured again by a run listed after theirs" in text
     assert validate.main(["--tables", str(path), str(other / "none.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"validate: error: --tables {other}/none.jsonl")

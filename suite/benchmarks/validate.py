@@ -27,7 +27,7 @@ so a loaded 2-core machine can run a reduced set.
 
 ``--tables`` redraws saved runs without a cluster; several runs (each a part of the point
 list: a shape, a collective, some sizes) make one table under their headers, one
-paragraph each.
+paragraph each; a point two of them measured is the later-listed run's.
 """
 
 from __future__ import annotations
@@ -228,6 +228,18 @@ def modelled(profile: Path, collective: str, nodes: int, impls: list[str], sizes
 
 def _key(rec: dict) -> tuple:
     return rec["collective"], rec.get("workload"), int(rec["size_bytes"]), rec["impl"]
+
+
+def latest_points(rows: list[dict]) -> tuple[list[dict], int]:
+    """``rows`` of several runs with each point (shape, queue, collective, workload,
+    size, impl) kept once, from the last run that measured it (a part of the point list
+    measured again replaces the earlier run's), and how many rows that dropped."""
+    kept: dict[tuple, dict] = {}
+    for r in rows:
+        workload = r["workload"] if isinstance(r["workload"], str) else None
+        key = (r["shape"], r["queue"], r["collective"], workload, int(r["size"]), r["impl"])
+        kept[key] = r
+    return list(kept.values()), len(rows) - len(kept)
 
 
 def rows_of(shape: str, queue: str, measured: list[dict], model: list[dict],
@@ -572,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="folder (default results/validate/STAMP)")
     p.add_argument("--doc", type=Path, default=None, help="also write the table into this doc")
     p.add_argument("--tables", type=Path, nargs="+", default=None,
-                   help="only redraw the table of these runs' rows.jsonl (one table)")  # fmt: skip
+                   help="only redraw the table of these runs' rows.jsonl (one table; a point "
+                        "two of them measured is the later-listed run's)")  # fmt: skip
     p.add_argument("--remodel", action="store_true",
                    help="with --tables: model the points again from the run's profiles")  # fmt: skip
     p.add_argument("--refit", action="store_true",
@@ -595,6 +608,10 @@ def main(argv: list[str] | None = None) -> int:
             run = path.parent.name
             rows += [{**r, "run": run} for r in part] if len(args.tables) > 1 else part
             headers.append(header)
+        rows, replaced = latest_points(rows)
+        if replaced:
+            headers.append(f"{replaced} point{'s' * (replaced > 1)} measured again by a run "
+                           "listed after theirs: the later run's rows are the table's.")  # fmt: skip
         text = report(rows, "\n\n".join(headers))
         print(text)
         if args.late:
