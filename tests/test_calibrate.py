@@ -46,9 +46,11 @@ def points(
     held=None,
     queue=None,
     chain=(60.0, 150.0),
+    ring=(45.0, 80.0),
 ):
     """Raw points of a fabric with these constants (what :func:`cal.measure` would see);
-    ``chain``: a butterfly step and what its call pays once."""
+    ``chain``: a butterfly step and what its call pays once; ``ring``: the same of a
+    ring's step."""
     s = 1 << 20
 
     def q(kind, tier, peers, nbytes, us):
@@ -70,6 +72,8 @@ def points(
     out.append(q("stage", "scaleout", p, 0, lat + 2 * msg + stage))
     if chain is not None:  # 2 nodes: chains of 1 and 2 steps
         out += [q("chain", "scaleout", k, 0, chain[1] + k * chain[0]) for k in (1, 2)]
+    if ring is not None:  # p ranks: rings of p - 1 and 2 (p - 1) steps
+        out += [q("ring", "scaleout", k, 0, ring[1] + k * ring[0]) for k in (p - 1, 2 * p - 2)]
     out += [q("post", "scaleout", n, 8 * n, 300 + msg * n) for n in cal.POST_COUNTS]
     out.append(q("reduce", "local", 1, s, s / 1e3))  # 1 GB/s
     if put is not None:
@@ -110,10 +114,12 @@ def test_fit_recovers_the_constants_it_was_given():
     assert c["put_us"] == pytest.approx(30.0, rel=1e-3)  # above the two-sided latency
     assert c["butterfly_step_us"] == pytest.approx(60.0, rel=1e-3)
     assert c["butterfly_call_us"] == pytest.approx(150.0, rel=1e-3)
+    assert c["ring_step_us"] == pytest.approx(45.0, rel=1e-3)
+    assert c["ring_call_us"] == pytest.approx(80.0, rel=1e-3)
     assert set(why) == set(c)
-    # raw points of a calibrate before the chain points: the model's empty round
-    c, _ = cal.fit(points(chain=None), gpus_per_node=2, nranks=4)
-    assert "butterfly_step_us" not in c and "butterfly_call_us" not in c
+    # raw points of a calibrate before the chain and ring points: the model's empty round
+    c, _ = cal.fit(points(chain=None, ring=None), gpus_per_node=2, nranks=4)
+    assert not {"butterfly_step_us", "butterfly_call_us", "ring_step_us", "ring_call_us"} & set(c)
     # raw points of a calibrate before the put point: no put_us (the model's 0)
     c, _ = cal.fit(points(put=None), gpus_per_node=2, nranks=4)
     assert "put_us" not in c
@@ -308,7 +314,7 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     df = pd.read_json(cal.points_path(out), lines=True)
     assert set(cal.POINT_KEYS) <= set(df.columns) and (df["run"] == run).all()
     kinds = set(df["kind"])
-    assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "chain", "post",
+    assert {"pingpong", "pingpong-all", "stream", "allnics", "incast", "stage", "chain", "ring", "post",
             "put", "flows", "exchange", "put-exchange", "burst", "eager", "reduce", "release",
             "overlap-alone", "overlap-release", "overlap"} <= kinds  # fmt: skip
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
@@ -394,7 +400,8 @@ def test_update_refits_only_a_step_s_fixed_costs():
     c, why = cal.fit(old, gpus_per_node=2, nranks=4)
     base = load_toml(load_profile("local-cluster").path)
     data = cal.profile_data(base, "first", c, why, "r0", 2, "lossless")
-    fresh = [q for q in points(lat=150.0, msg=30.0, stage=400.0, put=60.0, chain=(80.0, 90.0))
+    fresh = [q for q in points(lat=150.0, msg=30.0, stage=400.0, put=60.0, chain=(80.0, 90.0),
+                               ring=(55.0, 65.0))
              if q["kind"] in cal.STEP_KINDS]  # fmt: skip
     new, merged, refit = cal.refresh_steps(data, old, fresh, "r1", "second", 2, 4)
     assert new["name"] == "second" and "(r1)" in new["description"]
@@ -405,6 +412,7 @@ def test_update_refits_only_a_step_s_fixed_costs():
     assert fab["put_us"] == pytest.approx(60.0)
     assert fab["butterfly_step_us"] == pytest.approx(80.0)
     assert fab["butterfly_call_us"] == pytest.approx(90.0)
+    assert fab["ring_step_us"] == pytest.approx(55.0) and fab["ring_call_us"] == pytest.approx(65.0)
     for key in fab:
         if key in cal.STEP_KEYS:
             assert fab["sources"][key].startswith("measured: r1: ")
@@ -1180,6 +1188,29 @@ def test_butterfly_steps_pay_the_calibrated_step_and_the_call_its_lateness_once(
     base = ar_model.rabenseifner(256, 4, two).time_us
     two_round = two.stage_us + 2 * two.msg_us + two.nic_us
     assert moved - base == pytest.approx(4 * (40.0 - two_round))
+
+
+def test_ring_steps_pay_the_calibrated_step_and_the_call_its_lateness_once():
+    """With ``ring_step_us`` each of the ring's 2(P - 1) steps costs it in place of an
+    empty round's posts and the link's latency, on either tier, and the call starts
+    ``ring_call_us`` late, once; the bytes still cost their wire time."""
+    for nodes, g in ((8, 1), (4, 2)):
+        f = fabric_from_profile("local-cluster").with_(gpus_per_node=g)
+        assert f.ring_step_us is None  # shipped profile: not measured
+        fit = f.with_(ring_step_us=40.0, ring_call_us=70.0)
+        steps = 2 * (nodes * g - 1)
+        small = ar_model.ring(256, nodes, fit).time_us
+        slower = ar_model.ring(256, nodes, fit.with_(ring_step_us=80.0)).time_us
+        assert slower - small == pytest.approx(steps * 40.0)
+        later = ar_model.ring(256, nodes, fit.with_(ring_call_us=0.0)).time_us
+        assert small - later == pytest.approx(70.0)
+        assert small < ar_model.ring(256, nodes, f).time_us  # an empty round and a latency
+        big, base = ar_model.ring(4 << 20, nodes, fit), ar_model.ring(4 << 20, nodes, f)
+        assert abs(big.time_us - base.time_us) < 0.02 * base.time_us  # the bytes' time holds
+        # butterflies keep their own step
+        assert ar_model.recursive_doubling(256, nodes, fit).time_us == (
+            ar_model.recursive_doubling(256, nodes, f).time_us
+        )
 
 
 def test_nvrar_inter_node_steps_pay_the_measured_put():

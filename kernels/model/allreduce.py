@@ -419,6 +419,7 @@ def _link(
     free: np.ndarray | float = 0.0,
     two_sided: bool = True,
     cross_us: float | None = None,
+    up_us: float | None = None,
 ) -> np.ndarray:
     """Latency plus transfer time of one message of ``nbytes`` per pair.
 
@@ -430,7 +431,8 @@ def _link(
     ``free``: wire bytes the NIC's token bucket passes at once (``Fabric.drain_bucket``);
     ``two_sided``: a send the receiver matches, whose eager limit spares a small one the
     tail (:meth:`Fabric.wire_time_us`); a one-sided put (False) keeps it; ``cross_us``:
-    the fixed cost of a message between nodes (None: ``post_us`` and a latency).
+    the fixed cost of a message between nodes (None: ``post_us`` and a latency);
+    ``up_us``: that inside a node (None: ``post_us`` and the scale-up latency).
     """
     paid = np.maximum(nbytes / nic_share - free, 0.0)
     message = nbytes / nic_share if two_sided else None
@@ -438,11 +440,8 @@ def _link(
     if exchange is not None:
         wire = np.maximum(wire, fabric.exchange_time_us(paid, exchange))
     fixed = post_us + fabric.nic_us if cross_us is None else cross_us
-    return np.where(
-        cross,
-        fixed + wire,
-        post_us + fabric.scaleup_us + fabric.peer_time_us(nbytes),
-    )
+    up = post_us + fabric.scaleup_us if up_us is None else up_us
+    return np.where(cross, fixed + wire, up + fabric.peer_time_us(nbytes))
 
 
 def _barrier_us(fabric: Fabric, nodes: int) -> float:
@@ -672,6 +671,9 @@ def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pre
     behind its NIC) a small message's delay moves around the ring instead of every step
     paying the slowest link. Each sending NIC keeps its token bucket from step to step,
     and a call finds it as the timed loop's previous call left it (:func:`_repeated`).
+    Where calibrate measured a ring step (``ring_step_us``: calls of empty steps around
+    the ring) a step's fixed cost on every link is that, and a call starts
+    ``ring_call_us`` late; otherwise an empty round's posts and the link's latency.
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
@@ -686,10 +688,11 @@ def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pre
     chunk = n / p
     eager = chunk <= np.where(cross, fabric.nic_eager_bytes, fabric.scaleup_eager_bytes)
     post = _two_sided_step_us(fabric)
+    hop = fabric.ring_step_us  # None: post and the link's latency
     reduce_us = fabric.reduce_time_us(chunk)
 
     def one_call(tokens: np.ndarray | None) -> tuple:
-        t = np.zeros(p)
+        t = np.full(p, fabric.ring_call_us if hop is not None else 0.0)
         if tokens is None:  # each sender's NIC full; when its last bytes left
             tokens, sent = np.full(p, float(fabric.nic_burst_bytes)), np.full(p, -np.inf)
         else:  # what they hold at the call's start, refilled from there
@@ -699,10 +702,12 @@ def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pre
             idle = start + post + fabric.nic_us - sent[left]
             free, kept = fabric.drain_bucket(tokens[left], idle, chunk)
             arrive = start + _link(fabric, cross, chunk, post, concurrent=nodes,
-                                   free=np.where(cross, free, 0.0))  # fmt: skip
+                                   free=np.where(cross, free, 0.0), cross_us=hop,
+                                   up_us=hop)  # fmt: skip
             tokens[left] = np.where(cross, kept, tokens[left])
             sent[left] = np.where(cross, arrive, sent[left])
-            done = np.where(eager[right], t + post, arrive[right])
+            # an eager send is done once posted: the post is in the measured hop, if any
+            done = np.where(eager[right], t + (post if hop is None else 0.0), arrive[right])
             t = np.maximum(done, arrive) + (reduce_us if step < p - 1 else 0.0)
         return t, tokens, sent
 

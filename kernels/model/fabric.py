@@ -138,6 +138,12 @@ class Fabric:
     #: of such steps pays once (how late its ranks come, the slowest one's end)
     butterfly_step_us: float | None = None
     butterfly_call_us: float = 0.0
+    #: a host-driven ring step's fixed cost (on either tier), as calibrate's calls of
+    #: empty steps around the ring measure it (None: two posts and the link's latency
+    #: above an empty round's cost, :func:`~commbench.kernels.model.allreduce.ring`'s
+    #: default), and what a call of them pays once
+    ring_step_us: float | None = None
+    ring_call_us: float = 0.0
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
     fabric_GBps: float = math.inf
@@ -227,6 +233,7 @@ class Fabric:
             "proxy_us",
             "put_us",
             "butterfly_call_us",
+            "ring_call_us",
             "switch_buffer_MB",
             "nic_burst_bytes",
             "scaleup_eager_bytes",
@@ -238,12 +245,11 @@ class Fabric:
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
-        if self.butterfly_step_us is not None:
-            v = _number(self, "butterfly_step_us")
-            if not (v >= 0 and math.isfinite(v)):
-                raise ValueError(
-                    f"fabric: butterfly_step_us must be a finite number >= 0 (got {v!r})"
-                )
+        for name in ("butterfly_step_us", "ring_step_us"):  # None: not measured
+            if getattr(self, name) is not None:
+                v = _number(self, name)
+                if not (v >= 0 and math.isfinite(v)):
+                    raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
 
     def with_(self, **changes) -> Fabric:
         """A copy with some constants replaced (validated again)."""

@@ -40,7 +40,10 @@ class FabricTable(BaseModel):
       ``butterfly_step_us`` / ``butterfly_call_us`` (a host-driven butterfly's step across
       nodes, posts, partner and latency, and what its call pays once: how late the ranks
       come and the slowest one's end; measured by ``commbench calibrate``; None: a step
-      costs ``stage_cost_us``, two posts and a latency);
+      costs ``stage_cost_us``, two posts and a latency); ``ring_step_us`` /
+      ``ring_call_us`` (the same for a host-driven ring's step, on either tier;
+      measured by ``commbench calibrate``; None: an empty round, two posts and the
+      link's latency);
       ``switch_buffer_MB`` (a receiving port's share of the switch buffer) with
       ``incast_lossless`` / ``incast_lossy`` (loss per extra sender once it overflows)
       and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
@@ -92,6 +95,8 @@ class FabricTable(BaseModel):
     put_us: float | None = Field(None, ge=0)
     butterfly_step_us: float | None = Field(None, ge=0)
     butterfly_call_us: float | None = Field(None, ge=0)
+    ring_step_us: float | None = Field(None, ge=0)
+    ring_call_us: float | None = Field(None, ge=0)
     reduce_GBps: float | None = Field(None, ge=0)
     switch_buffer_MB: float | None = Field(None, ge=0)
     incast_lossless: float | None = Field(None, ge=0)
@@ -144,7 +149,8 @@ class FabricTable(BaseModel):
         }
         optional = ("msg_us", "reduce_GBps", "proxy_us", "put_us", "switch_buffer_MB",
                     "nccl_ll128", "fabric_GBps", "exchange_GBps", "put_exchange_GBps",
-                    "butterfly_step_us", "butterfly_call_us")  # fmt: skip
+                    "butterfly_step_us", "butterfly_call_us", "ring_step_us",
+                    "ring_call_us")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         if self.scaleout_burst_bytes is not None:
             values["nic_burst_bytes"] = self.scaleout_burst_bytes * self.nics_per_node / node_gpus

@@ -101,6 +101,15 @@ Nothing is taken from the collectives the profile is used to predict. The points
     the slowest rank's end). The ``stage`` round costs more per step on the emulated 8x1
     (139-152 us against a slope of 86-109): its partners shift, so each round waits on a
     chain of ranks, where a butterfly's pair waits only on itself.
+``ring``
+    calls of k empty steps around the ring of all ranks (each a send to rank + 1 and a
+    receive from rank - 1, bound once and started together as the ring all-reduce's
+    steps are), every rank at once, each call after MPI's barrier, k = P - 1 and 2(P - 1)
+    (the ring's two halves and the whole): the slowest rank's call, as ``chain``'s. Its
+    slope is what a ring step costs above its bytes: a message within the eager limit
+    leaves as its step starts, so a step waits on the left neighbour's post and one
+    latency, not on an empty exchange round (on the emulated 4x2 and 8x1 the ring at 256 B
+    and 4 KiB ran 44-70 us a step where a round and a latency make 79-95).
 ``put``
     one step of NVRAR's inter-node recursive doubling on one LL8 cell (8 B): every rank
     packs the cell with the call's flag, puts it into the MPI RMA window (passive target,
@@ -172,9 +181,9 @@ def burst_sizes(nbytes: int) -> tuple[int, int, int]:
 #: the constants of a step's fixed cost, which ``--update`` measures again (on the
 #: emulated cluster they moved by up to 1.4x within minutes while the rates held)
 STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us",
-             "butterfly_step_us", "butterfly_call_us")  # fmt: skip
+             "butterfly_step_us", "butterfly_call_us", "ring_step_us", "ring_call_us")  # fmt: skip
 #: the point kinds they are fitted from (:func:`fit`)
-STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "chain")
+STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "chain", "ring")
 
 #: what every raw point carries
 POINT_KEYS = ("run", "kind", "tier", "peers", "bytes", "reps", "time_us", "GBps", "passes_us")
@@ -504,6 +513,26 @@ def _chain_calls(comm, g: int, steps: int, calls: int) -> float:
         _persistent(comm, [(peer, empty)], [(peer, empty)], tag=10)
         for peer in (partners[k % len(partners)] for k in range(steps if partners else 0))
     ]
+
+    def body() -> None:
+        for reqs in plans:
+            _start_wait(reqs)
+
+    body()  # the connections, warm
+    secs = round_spread(comm, body, calls, barrier=comm.Barrier)[0]
+    _free(plans)
+    return secs
+
+
+def _ring_calls(comm, steps: int, calls: int) -> float:
+    """Seconds of a call of ``steps`` empty steps around the ring (each a send to rank + 1
+    and a receive from rank - 1, bound once and started together): the median over
+    ``calls`` calls of the slowest rank's, each after ``comm.Barrier()`` as
+    :func:`_chain_calls`'. Collective."""
+    p, r = comm.size, comm.rank
+    empty = np.zeros(1, dtype=np.uint8)[:0]
+    plans = [_persistent(comm, [((r + 1) % p, empty)], [((r - 1) % p, empty)], tag=12)
+             for _ in range(steps)]  # fmt: skip
 
     def body() -> None:
         for reqs in plans:
@@ -1016,6 +1045,8 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         steps = len(butterfly_partners(0, nodes, g))
         for k in (steps, 2 * steps):
             add("chain", "scaleout", k, 0, _chain_calls(comm, g, k, rounds), rounds)
+        for k in (p - 1, 2 * (p - 1)):
+            add("ring", "scaleout", k, 0, _ring_calls(comm, k, rounds), rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         secs = put_rounds(comm, g, opts["dtype"], reps, 5)
@@ -1058,7 +1089,8 @@ def fit(
     latency (only where it is below one NIC's stream: otherwise an exchange costs what a
     one-way flow does); ``stage_cost_us`` = an empty round less one latency and its two
     posts; ``butterfly_step_us`` / ``butterfly_call_us`` = the slope and intercept of the
-    ``chain`` calls over their steps; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
+    ``chain`` calls over their steps, ``ring_step_us`` / ``ring_call_us`` those of the
+    ``ring`` calls; ``put_us`` = one step of a cell put both ways (the ``put`` point) less that
     latency (what NVRAR's inter-node steps pay above a message); ``scaleout_burst_bytes``
     = the bytes the ``burst`` points leave unpaid (:func:`_burst_bytes`);
     ``TIER_eager_bytes`` = the largest message sent without waiting for a late receiver
@@ -1222,6 +1254,18 @@ def fit(
             "the slowest rank): the slope over k"
         )
         why["butterfly_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
+    rings = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "ring")
+    if len(rings) > 1 and rings[-1][0] > rings[0][0]:  # calibrations before it have none
+        (k1, t1), (k2, t2) = rings[0], rings[-1]
+        step = max((t2 - t1) / (k2 - k1), 0.0)
+        c["ring_step_us"] = step
+        c["ring_call_us"] = max(t1 - k1 * step, 0.0)
+        why["ring_step_us"] = (
+            f"calls of k empty steps around the ring of all ranks (to rank + 1, from rank - 1), "
+            f"every rank at once, each after a barrier (k = {k1}: {t1:.4g} us, k = {k2}: "
+            f"{t2:.4g} us, the slowest rank): the slope over k"
+        )
+        why["ring_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
     put = _one(points, "put")
     if put is not None:  # profiles written before the put point have none
         c["put_us"] = max(put["time_us"] - lat, 0.0)
