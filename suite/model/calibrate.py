@@ -1628,7 +1628,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
                    help="measure only a step's fixed costs (the 8 B ping-pongs, the posting "
-                   "cost, the empty stage round, the butterfly chains, the put step) and "
+                   "cost, the empty stage round, the butterfly chains, the ring's empty steps, the "
+                   "put step) and "
                    "write PROFILE, a "
                    "calibrated one, with those fitted again and every other constant kept "
                    "(its raw points file supplies the rest; --base is not used)")  # fmt: skip
