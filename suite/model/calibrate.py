@@ -503,36 +503,34 @@ def _stage_rounds(comm, g: int, rounds: int, reps: int) -> float:
 def _chain_calls(comm, g: int, steps: int, calls: int) -> float:
     """Seconds of a call of ``steps`` empty exchanges with the inter-node butterfly's
     partners (:func:`butterfly_partners`, cycled), each step's posts bound once and
-    started together as recursive doubling's and Rabenseifner's are: the median over
-    ``calls`` calls of the slowest rank's. Each call starts after ``comm.Barrier()``, the
-    barrier the harness's timed loop waits in (not :func:`_quiet_barrier`: how late the
-    ranks leave it is part of what is measured). Collective."""
+    started together as recursive doubling's and Rabenseifner's are (:func:`_calls`).
+    Collective."""
     partners = butterfly_partners(comm.rank, comm.size // g, g)
     empty = np.zeros(1, dtype=np.uint8)[:0]
     plans = [
         _persistent(comm, [(peer, empty)], [(peer, empty)], tag=10)
         for peer in (partners[k % len(partners)] for k in range(steps if partners else 0))
     ]
-
-    def body() -> None:
-        for reqs in plans:
-            _start_wait(reqs)
-
-    body()  # the connections, warm
-    secs = round_spread(comm, body, calls, barrier=comm.Barrier)[0]
-    _free(plans)
-    return secs
+    return _calls(comm, plans, calls)
 
 
 def _ring_calls(comm, steps: int, calls: int) -> float:
     """Seconds of a call of ``steps`` empty steps around the ring (each a send to rank + 1
-    and a receive from rank - 1, bound once and started together): the median over
-    ``calls`` calls of the slowest rank's, each after ``comm.Barrier()`` as
-    :func:`_chain_calls`'. Collective."""
+    and a receive from rank - 1, bound once and started together, :func:`_calls`).
+    Collective."""
     p, r = comm.size, comm.rank
     empty = np.zeros(1, dtype=np.uint8)[:0]
     plans = [_persistent(comm, [((r + 1) % p, empty)], [((r - 1) % p, empty)], tag=12)
              for _ in range(steps)]  # fmt: skip
+    return _calls(comm, plans, calls)
+
+
+def _calls(comm, plans: list, calls: int) -> float:
+    """The median over ``calls`` calls of the slowest rank's seconds for a call that
+    starts and waits ``plans`` (persistent requests) one after the other; each call
+    starts after ``comm.Barrier()``, the barrier the harness's timed loop waits in (not
+    :func:`_quiet_barrier`: how late the ranks leave it is part of what is measured).
+    The plans are freed. Collective."""
 
     def body() -> None:
         for reqs in plans:
@@ -1242,30 +1240,21 @@ def fit(
         f"an empty exchange round with a rail partner, all ranks at once ({stage:.4g} us), "
         "less one latency and two posts"
     )
-    chains = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "chain")
-    if len(chains) > 1 and chains[-1][0] > chains[0][0]:  # calibrations before it have none
-        (k1, t1), (k2, t2) = chains[0], chains[-1]
-        step = max((t2 - t1) / (k2 - k1), 0.0)
-        c["butterfly_step_us"] = step
-        c["butterfly_call_us"] = max(t1 - k1 * step, 0.0)
-        why["butterfly_step_us"] = (
-            f"calls of k empty exchanges with butterfly partners across nodes, every rank "
-            f"at once, each after a barrier (k = {k1}: {t1:.4g} us, k = {k2}: {t2:.4g} us, "
-            "the slowest rank): the slope over k"
-        )
-        why["butterfly_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
-    rings = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "ring")
-    if len(rings) > 1 and rings[-1][0] > rings[0][0]:  # calibrations before it have none
-        (k1, t1), (k2, t2) = rings[0], rings[-1]
-        step = max((t2 - t1) / (k2 - k1), 0.0)
-        c["ring_step_us"] = step
-        c["ring_call_us"] = max(t1 - k1 * step, 0.0)
-        why["ring_step_us"] = (
-            f"calls of k empty steps around the ring of all ranks (to rank + 1, from rank - 1), "
-            f"every rank at once, each after a barrier (k = {k1}: {t1:.4g} us, k = {k2}: "
-            f"{t2:.4g} us, the slowest rank): the slope over k"
-        )
-        why["ring_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
+    for kind, name, calls in (
+        ("chain", "butterfly", "empty exchanges with butterfly partners across nodes"),
+        ("ring", "ring", "empty steps around the ring of all ranks (to rank + 1, from rank - 1)"),
+    ):
+        line = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == kind)
+        if len(line) > 1 and line[-1][0] > line[0][0]:  # calibrations before it have none
+            (k1, t1), (k2, t2) = line[0], line[-1]
+            step = max((t2 - t1) / (k2 - k1), 0.0)
+            c[f"{name}_step_us"] = step
+            c[f"{name}_call_us"] = max(t1 - k1 * step, 0.0)
+            why[f"{name}_step_us"] = (
+                f"calls of k {calls}, every rank at once, each after a barrier (k = {k1}: "
+                f"{t1:.4g} us, k = {k2}: {t2:.4g} us, the slowest rank): the slope over k"
+            )
+            why[f"{name}_call_us"] = "the same calls' intercept at k = 0 (what a call pays once)"
     put = _one(points, "put")
     if put is not None:  # profiles written before the put point have none
         c["put_us"] = max(put["time_us"] - lat, 0.0)
