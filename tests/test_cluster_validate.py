@@ -267,6 +267,13 @@ def test_the_table_shows_how_far_apart_a_point_s_launches_are():
     assert "2 of 2 modelled points within" in text
     assert "(launch spread above 1.35: no one prediction" in text
     assert "within the band of each launch): 1 points, 1 of them in band." in text
+    assert "Out of band" not in text  # every point in band: no list
+    far = validate.rows_of("4x2", "deep", [{**rec, "impl": "rabenseifner", "time_us": 500.0}],
+                           [{**rec, "impl": "rabenseifner", "time_us": 1000.0}])  # fmt: skip
+    text = validate.table(pd.DataFrame(rows + far))
+    assert "Out of band (1):" in text
+    assert "| deep | allreduce | 4x2 | rabenseifner | - | 4K | 2.00 | - |" in text
+    assert "| deep | allreduce | 4x2 | ring |" not in text
 
 
 def test_late_report_counts_the_samples_a_timeout_made_late(tmp_path):

@@ -11,7 +11,8 @@ machine's load changing under the run; the model keeps the first profile), and t
 cluster down. All-reduce's step costs are measured again before each of its launches
 (``commbench calibrate --update``) and it is modelled from their median
 (``profile-SHAPE-QUEUE-steps.toml``; ``--no-pool-steps``: from the one calibration). The
-table (measured, modelled, ratio per point) is written to ``OUT/validation.md`` and, with
+table (measured, modelled, ratio per point; under it every point out of band, listed)
+is written to ``OUT/validation.md`` and, with
 ``--doc``, between the markers of ``docs/model-validation.md``. Every point list is a flag,
 so a loaded 2-core machine can run a reduced set.
 
@@ -330,7 +331,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
 
 def table(df: pd.DataFrame) -> str:
     """The Markdown table: measured (the median of its launches, and their spread),
-    modelled and their ratio per point."""
+    modelled and their ratio per point, then the points out of band (:func:`out_of_band`)."""
     lo, hi = BAND
     lines = ["| shape | queue | collective | workload | size | impl | measured ms | "
              "launch spread | modelled ms | model/measured | in band | drift |",
@@ -365,9 +366,34 @@ def table(df: pd.DataFrame) -> str:
             f"{hi / lo:.2f}: no one prediction is within the band of each launch): "
             f"{len(wide)} points, {sum(wide)} of them in band."
         )
+    out = out_of_band(df)
+    if out:
+        lines += ["", out]
     drifts = drift_table(df)
     if drifts:
         lines += ["", drifts]
+    return "\n".join(lines)
+
+
+def out_of_band(df: pd.DataFrame) -> str:
+    """The modelled points outside the band, one row each (queue, collective, shape,
+    implementation, size), with their ratio and launch spread: the list a reader checks
+    the explanations of the points out against; empty when every point is in band."""
+    lo, hi = BAND
+    ratio = df.model_us / df.measured_us
+    outside = ratio.notna() & ~ratio.between(lo, hi)
+    out = df[outside].assign(ratio=ratio[outside])
+    if out.empty:
+        return ""
+    lines = [f"Out of band ({len(out)}):", "",
+             "| queue | collective | shape | impl | workload | size | model/measured | "
+             "launch spread |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in out.sort_values(["queue", "collective", "shape", "impl", "size", "workload"],
+                             na_position="first").itertuples():  # fmt: skip
+        workload = r.workload if isinstance(r.workload, str) else "-"
+        lines.append(f"| {r.queue} | {r.collective} | {r.shape} | {r.impl} | {workload} | "
+                     f"{format_size(int(r.size))} | {r.ratio:.2f} | "
+                     f"{_spread_text(getattr(r, 'launches_us', None))} |")  # fmt: skip
     return "\n".join(lines)
 
 
