@@ -1,0 +1,137 @@
+"""How often an incast round on the lossy fabric pays a timeout, by the barrier before it.
+
+``commbench calibrate`` reads a port's chance of a retransmission timeout (``loss_late``)
+from its ``flows`` rounds, each started after a barrier whose waiting ranks sleep (so
+that idle ranks leave the shared cores to the measured ones). The harness's timed loop
+(``--timing latency``) starts each call after ``MPI_Barrier``, whose waiting ranks spin
+in the MPI library; and a fan-out sends its bytes in P - 1 messages, not in the k
+flows of the calibration. This probe runs both patterns after both barriers, in turn
+(:func:`pattern_rounds`): every rank's time in each round, and the rounds a timeout made
+late (:func:`late_counts`, the excesses over the median split where they stand apart as
+calibrate splits them). Printed per pattern and barrier: the median round, the share of
+(rank, round) samples late, and the share of rounds with a late rank.
+
+    python -m commbench.benchmarks.barrier_loss [--nodes 4] [--ranks-per-node 2]
+        [--bytes 1M] [--rounds 30] [--trials 2]
+
+(root) brings up its own emulated cluster (prefix ``cbq``, the ``target-shallow``
+queue, ``--nic`` 100mbit), runs and takes it down.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from commbench.benchmarks import owncluster
+from commbench.errors import UsageError
+from commbench.model.calibrate import flow_peers, rank_rounds, split_late
+from commbench.units import format_size, parse_size
+
+PREFIX = "cbq"
+PATTERNS = ("flows", "fanout")
+BARRIERS = ("quiet", "spin")
+
+
+def late_counts(every_ms) -> tuple[float, float]:
+    """``(late samples, rounds with a late rank)`` of a ranks x rounds array of times:
+    a sample is late where its excess over the median stands apart with the others'
+    (:func:`~commbench.model.calibrate.split_late`); none where none does."""
+    t = np.asarray(every_ms, dtype=np.float64)
+    excess = t - np.median(t)
+    split = split_late(excess.ravel())
+    if split is None:
+        return 0.0, 0.0
+    late = excess > split[0]
+    return float(late.mean()), float(late.any(axis=0).mean())
+
+
+def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str):
+    """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds) of ``pattern``:
+    ``flows``, calibrate's (``nbytes`` split over the P - G ranks of other nodes,
+    :func:`~commbench.model.calibrate.flow_peers`), or ``fanout`` (``nbytes / P`` to
+    every other rank, its node's too), receives posted first; each round after
+    calibrate's sleeping barrier (``quiet``) or ``MPI_Barrier`` (``spin``). Collective."""
+    from mpi4py import MPI
+
+    p, rank = comm.size, comm.rank
+    nodes, k = p // g, p - g
+    if pattern == "flows":
+        to = flow_peers(rank, nodes, g, k)
+        frm = [r for r in range(p) if rank in flow_peers(r, nodes, g, k)]
+        part = max(nbytes // k, 1)
+    else:
+        to = frm = [r for r in range(p) if r != rank]
+        part = max(nbytes // p, 1)
+    send, recv = np.ones(part, np.uint8), np.empty((len(frm), part), np.uint8)
+
+    def body() -> None:
+        reqs = [comm.Irecv(recv[i], source=s, tag=13) for i, s in enumerate(frm)]
+        reqs += [comm.Isend(send, dest=d, tag=13) for d in to]
+        MPI.Request.Waitall(reqs)
+
+    body()  # the connections, warm
+    return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
+
+
+def report(pattern: str, barrier: str, trial: int, every_ms, nbytes: int) -> str:
+    late, rounds = late_counts(every_ms)
+    return (f"{pattern:6s} after a {barrier:5s} barrier, trial {trial}: {format_size(nbytes)} a "
+            f"rank, median {np.median(every_ms):7.1f} ms; late by a timeout: {late:.3f} of "
+            f"{np.size(every_ms)} samples, {rounds:.2f} of rounds")  # fmt: skip
+
+
+def worker(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    g = args.ranks_per_node
+    if comm.size % g or comm.size // g < 2:
+        if comm.rank == 0:
+            print(f"barrier_loss: {comm.size} ranks is not 2 or more nodes of {g}",
+                  file=sys.stderr)  # fmt: skip
+        return 2
+    if comm.rank == 0:
+        print(f"# {comm.size} ranks ({g} a node), {args.rounds} rounds a pattern, barrier "
+              f"and trial", flush=True)  # fmt: skip
+    for trial in range(args.trials):
+        for pattern in PATTERNS:
+            for barrier in BARRIERS:
+                every = pattern_rounds(comm, g, pattern, args.bytes, args.rounds, barrier) * 1e3
+                if comm.rank == 0:
+                    print(report(pattern, barrier, trial, every, args.bytes), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = owncluster.probe_parser("barrier_loss", __doc__)
+    parser.add_argument("--nodes", type=int, default=4, help="nodes (4)")
+    parser.add_argument("--ranks-per-node", type=int, default=2, help="ranks (NICs) a node (2)")
+    parser.add_argument("--bytes", default="1M", help="bytes a rank sends a round (1M)")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds per pattern and barrier")
+    parser.add_argument("--trials", type=int, default=2, help="passes over the list (2)")
+    args = parser.parse_args(argv)
+    try:
+        args.bytes = parse_size(args.bytes)
+    except (ValueError, UsageError) as exc:
+        parser.error(f"--bytes {args.bytes!r}: {exc}")
+    if args.rounds < 2 or args.trials < 1 or args.bytes < 1:
+        parser.error("--rounds must be at least 2, --trials and --bytes at least 1")
+    if args.nodes < 2 or args.ranks_per_node < 1:
+        parser.error("--nodes must be at least 2 and --ranks-per-node at least 1")
+    if args.worker:
+        return worker(args)
+    try:
+        spec = owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
+                                       "target-shallow")  # fmt: skip
+    except UsageError as exc:
+        parser.error(str(exc))
+    argv = ["--ranks-per-node", str(args.ranks_per_node), "--bytes", str(args.bytes),
+            "--rounds", str(args.rounds), "--trials", str(args.trials)]  # fmt: skip
+    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.barrier_loss",
+                                        argv)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

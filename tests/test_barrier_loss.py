@@ -1,0 +1,43 @@
+"""The barrier-loss probe: its late counts, its refusals, a 4-rank run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commbench.benchmarks import barrier_loss
+from tests.mpirun import run_mpi
+
+
+def test_the_samples_and_rounds_a_timeout_made_late_are_counted() -> None:
+    rng = np.random.default_rng(5)
+    every = 99 + rng.normal(0, 1, (8, 30))
+    every[1, 4] += 180  # three samples in two rounds paid a timeout
+    every[5, 4] += 175
+    every[2, 20] += 190
+    late, rounds = barrier_loss.late_counts(every)
+    assert late == pytest.approx(3 / 240) and rounds == pytest.approx(2 / 30)
+    assert barrier_loss.late_counts(99 + rng.normal(0, 1, (8, 30))) == (0.0, 0.0)
+    line = barrier_loss.report("fanout", "spin", 1, every, 1 << 20)
+    assert "fanout after a spin  barrier, trial 1: 1M a rank" in line
+    assert "0.013 of 240 samples, 0.07 of rounds" in line
+
+
+@pytest.mark.parametrize("argv, says", [(["--rounds", "1"], "--rounds must be at least 2"),
+                                        (["--bytes", "1Q"], "--bytes '1Q'"),
+                                        (["--nodes", "1"], "--nodes must be at least 2")])  # fmt: skip
+def test_bad_input_is_one_line(argv, says, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        barrier_loss.main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_worker_on_two_nodes_of_two_ranks_of_one_host() -> None:
+    argv = ["-m", "commbench.benchmarks.barrier_loss", "--worker", "--bytes", "64K",
+            "--rounds", "3", "--trials", "1", "--ranks-per-node", "2"]  # fmt: skip
+    proc = run_mpi(4, argv, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for pattern in barrier_loss.PATTERNS:
+        for barrier in barrier_loss.BARRIERS:
+            assert f"{pattern:6s} after a {barrier:5s} barrier, trial 0: 64K a rank" in proc.stdout
+    assert "of 12 samples" in proc.stdout
