@@ -1211,6 +1211,17 @@ def test_ring_steps_pay_the_calibrated_step_and_the_call_its_lateness_once():
         assert ar_model.recursive_doubling(256, nodes, fit).time_us == (
             ar_model.recursive_doubling(256, nodes, f).time_us
         )
+    # a measured step is the step everywhere: where the default's fixed cost (an empty
+    # round and a latency) is the same number the two agree, the NIC's token bucket
+    # refilling over it too (8 single-rank nodes: every link crosses)
+    f = fabric_from_profile("local-cluster").with_(gpus_per_node=1, nic_burst_bytes=12000.0)
+    step = 150.0
+    measured = f.with_(ring_step_us=step)
+    default = f.with_(stage_us=step - f.nic_us - 2 * f.msg_us)
+    for n in (256, 16384, 65536, 1 << 20):
+        assert ar_model.ring(n, 8, measured).time_us == pytest.approx(
+            ar_model.ring(n, 8, default).time_us
+        )
 
 
 def test_nvrar_inter_node_steps_pay_the_measured_put():

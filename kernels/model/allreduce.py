@@ -699,7 +699,7 @@ def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pre
             tokens, sent = tokens.copy(), np.zeros(p)
         for step in range(2 * (p - 1)):
             start = np.where(eager, t[left], np.maximum(t[left], t))
-            idle = start + post + fabric.nic_us - sent[left]
+            idle = start + (post + fabric.nic_us if hop is None else hop) - sent[left]
             free, kept = fabric.drain_bucket(tokens[left], idle, chunk)
             arrive = start + _link(fabric, cross, chunk, post, concurrent=nodes,
                                    free=np.where(cross, free, 0.0), cross_us=hop,

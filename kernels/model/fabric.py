@@ -139,9 +139,9 @@ class Fabric:
     butterfly_step_us: float | None = None
     butterfly_call_us: float = 0.0
     #: a host-driven ring step's fixed cost (on either tier), as calibrate's calls of
-    #: empty steps around the ring measure it (None: two posts and the link's latency
-    #: above an empty round's cost, :func:`~commbench.kernels.model.allreduce.ring`'s
-    #: default), and what a call of them pays once
+    #: empty steps around the ring measure it (None: an empty round's cost and the
+    #: link's latency, :func:`~commbench.kernels.model.allreduce.ring`'s default), and
+    #: what a call of them pays once
     ring_step_us: float | None = None
     ring_call_us: float = 0.0
     switch_buffer_MB: float = 0.0
