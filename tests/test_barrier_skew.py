@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from commbench.benchmarks import barrier_skew
 from tests.mpirun import run_mpi
+from tests.probes import refusal
 
 
 def test_the_skew_is_in_the_harness_s_time_not_in_the_call_from_the_last_exit() -> None:
@@ -34,9 +35,7 @@ def test_the_harness_s_call_is_the_last_exit_s_plus_at_most_the_skew(ranks, call
 @pytest.mark.parametrize("argv, says", [(["--nodes", "6"], "--nodes 6: give a power of two"),
                                         (["--calls", "0"], "must be at least 1")])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
-    with pytest.raises(SystemExit) as exc:
-        barrier_skew.main(argv)
-    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert says in refusal(barrier_skew.main, argv, capsys)
 
 
 def test_worker_on_four_ranks_of_one_host() -> None:

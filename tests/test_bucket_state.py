@@ -7,6 +7,7 @@ import pytest
 
 from commbench.benchmarks import bucket_state
 from tests.mpirun import run_mpi
+from tests.probes import refusal
 
 
 def test_the_report_gives_each_mode_and_their_ratio() -> None:
@@ -25,9 +26,7 @@ def test_the_report_gives_each_mode_and_their_ratio() -> None:
     (["--ranks-per-node", "0"], "--ranks-per-node 0: give 1 or more"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
-    with pytest.raises(SystemExit) as exc:
-        bucket_state.main(argv)
-    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert says in refusal(bucket_state.main, argv, capsys)
 
 
 def test_worker_on_four_ranks_of_one_host() -> None:

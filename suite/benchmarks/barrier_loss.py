@@ -88,10 +88,8 @@ def worker(args) -> int:
     comm = MPI.COMM_WORLD
     g = args.ranks_per_node
     if comm.size % g or comm.size // g < 2:
-        if comm.rank == 0:
-            print(f"barrier_loss: {comm.size} ranks is not 2 or more nodes of {g}",
-                  file=sys.stderr)  # fmt: skip
-        return 2
+        return owncluster.refuse(comm, "barrier_loss", f"{comm.size} ranks is not 2 or more "
+                                 f"nodes of {g}")  # fmt: skip
     if comm.rank == 0:
         print(f"# {comm.size} ranks ({g} a node), {args.rounds} rounds a pattern, barrier "
               f"and trial", flush=True)  # fmt: skip

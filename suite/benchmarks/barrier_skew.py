@@ -95,9 +95,7 @@ def worker(args) -> int:
         problem = ("its ranks are on different hosts, whose clocks are not one clock; run it "
                    "on one host (the emulated cluster's nodes share one)")  # fmt: skip
     if problem:
-        if comm.rank == 0:
-            print(f"barrier_skew: {problem}", file=sys.stderr)
-        return 2
+        return owncluster.refuse(comm, "barrier_skew", problem)
     if comm.rank == 0:
         print(f"# {comm.size} ranks, {format_size(args.size)} each way a step, "
               f"{args.calls} calls a round", flush=True)  # fmt: skip

@@ -84,9 +84,7 @@ def worker(args) -> int:
 
     comm = MPI.COMM_WORLD
     if comm.size < 2:
-        if comm.rank == 0:
-            print("bucket_state: 1 rank; run it on 2 or more", file=sys.stderr)
-        return 2
+        return owncluster.refuse(comm, "bucket_state", "1 rank; run it on 2 or more")
     times = timed_calls(comm, args.size, args.rest_size, args.before, args.calls)
     gaps = comm.gather(times["gap"], root=0)
     if comm.rank == 0:

@@ -158,10 +158,8 @@ def worker(args) -> int:
     comm = MPI.COMM_WORLD
     g = args.ranks_per_node
     if comm.size % g or comm.size // g < 2 or comm.size - g < 2:
-        if comm.rank == 0:
-            print(f"burst_loss: {comm.size} ranks is not 2 or more nodes of {g} with two "
-                  "ranks on other nodes", file=sys.stderr)  # fmt: skip
-        return 2
+        return owncluster.refuse(comm, "burst_loss", f"{comm.size} ranks is not 2 or more "
+                                 f"nodes of {g} with two ranks on other nodes")  # fmt: skip
     rng = np.random.default_rng(args.seed + comm.rank)
     if comm.rank == 0:
         what = format_size(args.message) if args.message else "the flow's bytes"

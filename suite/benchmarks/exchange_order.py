@@ -113,10 +113,8 @@ def worker(args) -> int:
 
     comm = MPI.COMM_WORLD
     if comm.size < 2 or comm.size & (comm.size - 1):
-        if comm.rank == 0:
-            print(f"exchange_order: {comm.size} ranks; run it on a power of two (2, 4, 8 ...)",
-                  file=sys.stderr)  # fmt: skip
-        return 2
+        return owncluster.refuse(comm, "exchange_order", f"{comm.size} ranks; run it on a "
+                                 "power of two (2, 4, 8 ...)")  # fmt: skip
     if comm.rank == 0:
         print(f"# {comm.size} ranks, {format_size(args.size)} each way a step, {args.calls} "
               f"calls an order, orders alternated {args.rounds} times", flush=True)  # fmt: skip

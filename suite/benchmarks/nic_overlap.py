@@ -73,10 +73,8 @@ def worker(args) -> int:
     comm = MPI.COMM_WORLD
     g = comm.size // 2
     if comm.size < 4 or comm.size % 2:
-        if comm.rank == 0:
-            print(f"nic_overlap: {comm.size} ranks; run it on 2 nodes of at least 2 ranks "
-                  "(an even count, 4 or more)", file=sys.stderr)  # fmt: skip
-        return 2
+        return owncluster.refuse(comm, "nic_overlap", f"{comm.size} ranks; run it on 2 nodes "
+                                 "of at least 2 ranks (an even count, 4 or more)")  # fmt: skip
     if comm.rank == 0:
         print(f"# rank 0 (node 0) -> ranks {g} and {g + 1} (node 1); {args.repeats} calls a "
               f"mode and round, 2 rounds; medians", flush=True)  # fmt: skip

@@ -64,6 +64,14 @@ def run_worker(spec: ClusterSpec, module: str, argv: list[str], timeout: float =
         netns.remove(spec.prefix, folder)
 
 
+def refuse(comm, prog: str, problem: str) -> int:
+    """A worker's refusal of its launch: rank 0 says ``prog: problem`` in one line on
+    stderr, every rank returns exit status 2 (no rank waits for another)."""
+    if comm.rank == 0:
+        print(f"{prog}: {problem}", file=sys.stderr)
+    return 2
+
+
 def run_worker_or_say(prog: str, spec: ClusterSpec, module: str, argv: list[str],
                       then: Callable[[ClusterSpec, Path], int] | None = None) -> int:  # fmt: skip
     """:func:`run_worker`, a cluster that cannot be built (not root, a tool missing) said

@@ -90,10 +90,8 @@ def worker(args) -> int:
     comm = MPI.COMM_WORLD
     p, g, m = comm.size, args.ranks_per_node, args.size
     if p % g or p // g < 2:
-        if comm.rank == 0:
-            print(f"shared_cap: {p} ranks of {g} a node; run it on 2 or more nodes of "
-                  "--ranks-per-node ranks", file=sys.stderr)  # fmt: skip
-        return 2
+        return owncluster.refuse(comm, "shared_cap", f"{p} ranks of {g} a node; run it on 2 "
+                                 "or more nodes of --ranks-per-node ranks")  # fmt: skip
     buf = np.zeros((2, m), dtype=np.uint8)  # send, receive
 
     def receivers(senders) -> list[int]:
