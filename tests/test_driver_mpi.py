@@ -149,6 +149,30 @@ def test_watchdog_turns_a_hang_into_an_abort(tmp_path):
     assert "allreduce --impl test-hang at size 1024: warm-up calls" in proc.stderr
 
 
+@pytest.mark.parametrize("timing,calls", [("latency", 10), ("pipelined", 9)])
+def test_timed_calls_are_not_the_loops_edges(tmp_path, timing, calls):
+    """Latency mode runs one untimed call each side of its timed ones in the same loop,
+    pipelined mode one after them (harness.iterclock.latency_calls): test-ordinal's n-th
+    call sleeps by n, so the samples say which calls were timed, and it counts the calls
+    (1 warm-up, 5 timed, the edges, the finish-time call and the checked call)."""
+    sys.path.insert(0, str(ROOT / "tests/scripts"))
+    from faulty_impls import ordinal_sleep_s
+
+    script = str(ROOT / "tests/scripts/faulty_impls.py")
+    out = tmp_path / "r.jsonl"
+    proc = run_mpi(2, [script, "run", "allreduce", "--impl", "test-ordinal", "-b", "1K",
+                       "-e", "1K", "-n", "5", "-w", "1", "-c", "1", "--timing", timing,
+                       "--out", str(out)], timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"test-ordinal: {calls} calls" in proc.stderr
+    if timing == "latency":
+        raw = json.loads(out.with_suffix(".raw.jsonl").read_text())
+        slowest = [max(rank[i] for rank in raw["samples_us"]) for i in range(5)]
+        slept = [ordinal_sleep_s(n) * 1e6 for n in range(2, 7)]  # calls 0-1: warm-up, edge
+        assert sorted(range(5), key=slowest.__getitem__) == sorted(range(5), key=slept.__getitem__)
+        assert all(s >= z for s, z in zip(slowest, slept, strict=True))
+
+
 BAD_INPUT = [
     (["foo", "--impl", "mpi"], "unknown collective"),
     (["allreduce", "--impl", "nope"], "unknown implementation"),

@@ -101,7 +101,13 @@ static int call_once(const cb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op
  * to the end of call (k + 1) * every - 1 (and of the last call): ticks, ceil(iters / every)
  * of them, so a run's per-iteration spread is known at the cost of one clock read per
  * `every` calls; CB_LATENCY: out[i] = call i's us. `progress` (may be NULL) counts finished
- * calls, so a watchdog thread can tell a slow loop from a hung one. Returns an MPI error. */
+ * calls, so a watchdog thread can tell a slow loop from a hung one. Returns an MPI error.
+ *
+ * One untimed call follows the timed ones (pipelined) or surrounds them (latency: the same
+ * loop runs one more call each side, commbench.harness.iterclock.latency_calls): where
+ * ranks share cores, a rank done early with the last timed call would otherwise run its
+ * caller's code while the others still run theirs, and that call read 15x the others at
+ * 256 B on 8 ranks sharing 2 cores (python -m commbench.benchmarks.loop_edges). */
 int cb_time(const cb_call *c, int iters, int warmup, int mode, int every, double *out,
             volatile int64_t *progress) {
   MPI_Comm comm = MPI_Comm_f2c(c->comm);
@@ -126,13 +132,17 @@ int cb_time(const cb_call *c, int iters, int warmup, int mode, int every, double
       if ((i + 1) % every == 0 || i + 1 == iters) out[i / every] = (MPI_Wtime() - t0) * 1e6;
       if (progress) *progress = i + 1;
     }
+    if (!err) err = call_once(c, comm, dt, op, scratch);
   } else if (!err) {
-    for (int i = 0; i < iters && !err; i++) {
+    for (int i = -1; i <= iters && !err; i++) {
       err = MPI_Barrier(comm);
       double t0 = MPI_Wtime();
       if (!err) err = call_once(c, comm, dt, op, scratch);
-      out[i] = (MPI_Wtime() - t0) * 1e6;
-      if (progress) *progress = i + 1;
+      double us = (MPI_Wtime() - t0) * 1e6;
+      if (i >= 0 && i < iters) {
+        out[i] = us;
+        if (progress) *progress = i + 1;
+      }
     }
   }
   free(scratch);

@@ -24,7 +24,7 @@ from commbench.errors import UsageError
 from commbench.harness import collectives, metrics, results
 from commbench.harness.backends import check_backend_available, create_transport
 from commbench.harness.backends.dtypes import parse_dtype
-from commbench.harness.iterclock import IterationClock, slowest_rank_samples
+from commbench.harness.iterclock import IterationClock, latency_calls, slowest_rank_samples
 from commbench.harness.system_fabric import STAGE_COST_IMPLS, profile_fabric, stage_cost
 from commbench.harness.watchdog import Watchdog
 from commbench.harness.workloads import DEFAULT_SEED
@@ -680,30 +680,37 @@ class Sweep:
             issued = t.now()
             t.synchronize()
             elapsed = t.now() - t0
+            # one untimed call after the timed ones (:func:`latency_calls`): a rank done
+            # early waits in it instead of running the code below while others still run
+            # their last timed call
+            runner() if runner is not None else impl.run(case)
+            t.synchronize()
             per_call_us = elapsed / (calls * (cfg.graph_iters or 1)) * 1e6
             host_us = (issued - t0) / (calls * (cfg.graph_iters or 1)) * 1e6
             progress = clock.progress()
         else:
-            samples = np.empty(cfg.iters)
-            issuing = 0.0
+            timed = latency_calls(cfg.iters)
+            samples = np.empty(timed.stop + 1)
+            issued_us = np.empty(timed.stop + 1)
             if rec is not None:
                 rec.origin = t.now()
             with timeline.recording(rec):
-                for i in wd.counting(f"{what}: timed calls (latency)", cfg.iters):
+                for i in wd.counting(f"{what}: timed calls (latency)", timed.stop + 1):
                     t.barrier()
                     t0 = t.now()
                     if rec is not None:
-                        rec.begin(i, t0)
+                        rec.begin(i - timed.start, t0)
                     impl.run(case)
                     issued = t.now()
                     t.synchronize()
                     t1 = t.now()
                     samples[i] = (t1 - t0) * 1e6
-                    issuing += issued - t0
+                    issued_us[i] = (issued - t0) * 1e6
                     if rec is not None:
                         rec.end(t1)
+            samples = samples[timed]
             per_call_us = float(samples.mean())
-            host_us = issuing / cfg.iters * 1e6
+            host_us = float(issued_us[timed].mean())
             progress = None
         reference_pair = None
         if reference_before is not None:
@@ -737,7 +744,7 @@ class Sweep:
             "count": point.count,
             "metric_bytes": point.metric_bytes,
             "info": info,
-            "timeline": None if rec is None else rec.rows(),
+            "timeline": None if rec is None else [r for r in rec.rows() if 0 <= r[0] < cfg.iters],
             timeline.LOOP_START: None if rec is None else rec.loop_start_us(),
         }
 

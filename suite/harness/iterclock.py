@@ -77,6 +77,18 @@ class IterationClock:
         return np.asarray(since, dtype=float), calls
 
 
+def latency_calls(iters: int) -> slice:
+    """Where the ``iters`` timed calls of latency mode lie among the calls of its loop:
+    the loop runs one more call each side, untimed, each after the same barrier and
+    followed by the same bookkeeping as a timed call. Where ranks share cores, a rank done
+    early with the loop's last call runs the harness's code after it (not yielding the
+    core, as a rank waiting in MPI does) while the others still run theirs: on 8 ranks
+    sharing 2 cores that call read 3.5-3.8x the others at 256 B and 1.9x at 4 KiB (15x
+    and 4x in the C loop; ``python -m commbench.benchmarks.loop_edges``). The C loop does
+    the same."""
+    return slice(1, iters + 1)
+
+
 def slowest_rank_samples(since_us: np.ndarray, calls: np.ndarray) -> np.ndarray:
     """Per-call times of the job's critical path, one per tick.
 

@@ -1,7 +1,9 @@
-"""Run the commbench CLI with two deliberately broken all-reduce implementations.
+"""Run the commbench CLI with test-only all-reduce implementations.
 
-``test-raise`` raises on rank 1 from 4 KiB on; ``test-hang`` never returns on rank 1.
-They exist only for the failure-handling tests and are registered here, not in kernels/.
+``test-raise`` raises on rank 1 from 4 KiB on; ``test-hang`` never returns on rank 1;
+``test-ordinal`` sleeps by how many calls it made since its setup and says, on rank 0,
+how many calls each point made (which calls the timed loops time). They exist only for
+the harness's tests and are registered here, not in kernels/.
 ``$COMMBENCH_TEST_STARTUP_FLOOR_S`` replaces the watchdog's start-up floor (10 s: how long
 a rank may wait for the others to start), so a test of a stopped launch ends sooner.
 """
@@ -35,6 +37,33 @@ class HangOnRankOne(_Base):
         if self.transport.topo.rank == 1:
             time.sleep(3600)
         self.transport.allreduce(case.send, case.recv, case.op)
+
+
+@register("allreduce", "test-ordinal", backends=("cpu",))
+class SleepByOrdinal(_Base):
+    """Its n-th call since ``setup`` sleeps :func:`ordinal_sleep_s` (n) first."""
+
+    calls: int | None = None
+
+    def setup(self, case):
+        self._say()
+        self.calls = 0
+
+    def run(self, case):
+        time.sleep(ordinal_sleep_s(self.calls))
+        self.calls += 1
+        self.transport.allreduce(case.send, case.recv, case.op)
+
+    def close(self):
+        self._say()
+
+    def _say(self):
+        if self.calls is not None and self.transport.topo.rank == 0:
+            print(f"test-ordinal: {self.calls} calls", file=sys.stderr, flush=True)
+
+
+def ordinal_sleep_s(n: int) -> float:
+    return (1 + n % 5) * 0.004
 
 
 if __name__ == "__main__":
