@@ -173,6 +173,23 @@ def test_timed_calls_are_not_the_loops_edges(tmp_path, timing, calls):
         assert all(s >= z for s, z in zip(slowest, slept, strict=True))
 
 
+def test_a_rank_done_early_with_the_finish_time_call_waits_for_the_others(tmp_path):
+    """The finish-time call (``rank_finish_us``) ends in a barrier: a rank done early does
+    not fill the checked call's buffers (work that takes a shared core) while another
+    rank is still in it. test-late-end's rank 1 ends each call 30 ms after the others."""
+    script = str(ROOT / "tests/scripts/faulty_impls.py")
+    proc = run_mpi(2, [script, "run", "allreduce", "--impl", "test-late-end", "-b", "1K",
+                       "-e", "1K", "-n", "1", "-w", "0", "-c", "1", "--timing", "latency",
+                       "--out", str(tmp_path / "r.jsonl")],
+                   env={"COMMBENCH_TEST_EVENTS": str(tmp_path)}, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    # calls: the loop's edge, the timed call, the edge, the finish-time call, the checked
+    finish_end = max([t for kind, t in got if kind == "end"][3] for got in events)
+    last_fill = [max(t for kind, t in got if kind == "fill") for got in events]
+    assert min(last_fill) > finish_end
+
+
 BAD_INPUT = [
     (["foo", "--impl", "mpi"], "unknown collective"),
     (["allreduce", "--impl", "nope"], "unknown implementation"),

@@ -29,9 +29,13 @@ def test_a_small_run_prints_every_loop_kind():
         env=mpi_env(), cwd=ROOT, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("  ")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("  ")]
+    rows = [line for line in lines if not line.strip()[0].isdigit()]
     names = "\n".join(rows)
     for kind in ("bare mpi4py loop", "one untimed call each side", "recursive-doubling, python",
                  "mpi, C loop, 256 B", "mpi, C loop, 4096 B"):  # fmt: skip
         assert kind in names
     assert len(rows) == 1 + 6  # the header and six loops
+    finish = [line.split() for line in lines if line.strip()[0].isdigit()]
+    assert [int(f[0]) for f in finish] == [256 << 10, 1 << 20, 4 << 20]
+    assert all(float(f[2]) > 0 for f in finish)

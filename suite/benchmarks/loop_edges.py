@@ -15,6 +15,10 @@ loop it ran:
 - ``commbench run`` with ``--timing latency`` for ``recursive-doubling`` (the loop in
   Python) and ``mpi`` (the loop in C), 256 B and 4 KiB, from the raw samples it writes.
 
+Then, per launch, a skewed all-to-allv's finish-time call (one call after a barrier, each
+rank's end: ``rank_finish_us``, figure 3) over its timed calls, the slowest rank's each:
+the checked call's buffers are filled right after it.
+
 A rank done early with a loop's last call runs what follows it without yielding its core
 while the others still run theirs; a rank waiting in MPI yields. The ``bare`` row is that
 cost; the harness's rows say whether its loops still pay it.
@@ -89,28 +93,51 @@ def bare_loops(comm, edges: bool, after_us: float, loops: int) -> list[np.ndarra
     return out
 
 
+def _commbench_run(np_: int, argv: list[str], out: Path, timeout: float) -> tuple[list, list]:
+    """``commbench run ARGV --out OUT`` on ``np_`` local ranks: its records and raw rows."""
+    from commbench.launch import find_mpiexec, local_env
+
+    cmd = [find_mpiexec() or "mpiexec", "-n", str(np_), sys.executable, "-m", "commbench",
+           "run", *argv, "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=local_env(), capture_output=True, text=True, timeout=timeout)
+    if proc.returncode:
+        raise RuntimeError(f"commbench run failed: {proc.stderr.strip()[-400:]}")
+    read = [[json.loads(x) for x in path.read_text().splitlines()]
+            for path in (out, out.with_suffix(".raw.jsonl"))]  # fmt: skip
+    return read[0], read[1]
+
+
 def harness_loops(np_: int, launches: int, timeout: float) -> dict[tuple[str, int], list]:
     """Per (impl, size), the slowest rank's per-call times of each launch of ``commbench
     run allreduce --timing latency`` on ``np_`` local ranks (one rank a node)."""
-    from commbench.launch import find_mpiexec, local_env
-
     out: dict[tuple[str, int], list] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(launches):
             for impl, _ in HARNESS:
-                rec = Path(tmp) / f"{impl}-{n}.jsonl"
-                cmd = [find_mpiexec() or "mpiexec", "-n", str(np_), sys.executable, "-m",
-                       "commbench", "run", "allreduce", "--impl", impl, "--gpus-per-node", "1",
-                       "-b", "256", "-e", "4K", "-f", "16", "-n", str(CALLS), "-w", "5",
-                       "--timing", "latency", "-c", "0", "--out", str(rec)]  # fmt: skip
-                proc = subprocess.run(cmd, env=local_env(), capture_output=True, text=True,
-                                      timeout=timeout)  # fmt: skip
-                if proc.returncode:
-                    raise RuntimeError(f"commbench run failed: {proc.stderr.strip()[-400:]}")
-                for line in rec.with_suffix(".raw.jsonl").read_text().splitlines():
-                    raw = json.loads(line)
-                    slowest = np.max(np.asarray(raw["samples_us"]), axis=0)
-                    out.setdefault((impl, raw["size_bytes"]), []).append(slowest)
+                argv = ["allreduce", "--impl", impl, "--gpus-per-node", "1", "-b", "256",
+                        "-e", "4K", "-f", "16", "-n", str(CALLS), "-w", "5", "--timing",
+                        "latency", "-c", "0"]  # fmt: skip
+                _, raw = _commbench_run(np_, argv, Path(tmp) / f"{impl}-{n}.jsonl", timeout)
+                for row in raw:
+                    slowest = np.max(np.asarray(row["samples_us"]), axis=0)
+                    out.setdefault((impl, row["size_bytes"]), []).append(slowest)
+    return out
+
+
+def finish_ratios(np_: int, launches: int, timeout: float) -> dict[int, list[float]]:
+    """Per size, each launch's slowest ``rank_finish_us`` (the finish-time call) over its
+    slowest ``rank_time_us`` (the timed calls) for a skewed all-to-allv, checked (``-c
+    1``: the checked call's buffers are filled right after the finish-time call)."""
+    out: dict[int, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(launches):
+            argv = ["alltoallv", "--impl", "fanout", "--gpus-per-node", str(max(1, np_ // 2)),
+                    "--workload", "zipf:0.99", "-b", "256K", "-e", "4M", "-f", "4", "-n",
+                    str(CALLS), "-w", "2", "-c", "1", "--timing", "latency"]  # fmt: skip
+            recs, _ = _commbench_run(np_, argv, Path(tmp) / f"a2a-{n}.jsonl", timeout)
+            for rec in recs:
+                ratio = max(rec["rank_finish_us"]) / max(rec["rank_time_us"])
+                out.setdefault(rec["size_bytes"], []).append(ratio)
     return out
 
 
@@ -165,6 +192,7 @@ def main(argv: list[str]) -> int:
                 bare[k] += v
     try:
         harness = harness_loops(args.np, args.launches, timeout=600)
+        finish = finish_ratios(args.np, args.launches, timeout=600)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"loop_edges: {e}", file=sys.stderr)
         return 1
@@ -174,6 +202,10 @@ def main(argv: list[str]) -> int:
         for size in sorted({s for i, s in harness if i == impl}):
             rows.append((f"commbench run {impl}, {loop} loop, {size} B", harness[impl, size]))
     print(table(rows))
+    print("# the finish-time call (rank_finish_us) over the timed calls (rank_time_us), slowest "
+          "rank, fanout on zipf:0.99, -c 1: per launch")  # fmt: skip
+    for size, ratios in sorted(finish.items()):
+        print(f"  {size:>8d} B  " + "  ".join(f"{r:.2f}" for r in ratios))
     return 0
 
 

@@ -722,6 +722,7 @@ class Sweep:
         impl.run(case)
         t.synchronize()
         finish_us = (t.now() - t0) * 1e6
+        t.barrier()  # a rank done early waits here, yielding its core (see latency_calls)
         nwrong = 0
         if cfg.check:
             wd.phase(f"{what}: the checked call")

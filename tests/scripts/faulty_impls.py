@@ -2,8 +2,11 @@
 
 ``test-raise`` raises on rank 1 from 4 KiB on; ``test-hang`` never returns on rank 1;
 ``test-ordinal`` sleeps by how many calls it made since its setup and says, on rank 0,
-how many calls each point made (which calls the timed loops time). They exist only for
-the harness's tests and are registered here, not in kernels/.
+how many calls each point made (which calls the timed loops time); ``test-late-end``'s
+rank 1 ends each call 30 ms after the others, and with ``$COMMBENCH_TEST_EVENTS`` (a
+folder) every rank writes there when each of its calls ended and when the harness
+filled its buffers (what a rank does after a call it was done with early). They exist
+only for the harness's tests and are registered here, not in kernels/.
 ``$COMMBENCH_TEST_STARTUP_FLOOR_S`` replaces the watchdog's start-up floor (10 s: how long
 a rank may wait for the others to start), so a test of a stopped launch ends sooner.
 """
@@ -66,10 +69,42 @@ def ordinal_sleep_s(n: int) -> float:
     return (1 + n % 5) * 0.004
 
 
+EVENTS: list[tuple[str, float]] = []
+
+
+@register("allreduce", "test-late-end", backends=("cpu",))
+class LateEndOnRankOne(_Base):
+    def run(self, case):
+        self.transport.allreduce(case.send, case.recv, case.op)
+        if self.transport.topo.rank == 1:
+            time.sleep(0.03)
+        EVENTS.append(("end", time.monotonic()))
+
+
+def record_fills(folder: str) -> None:
+    """Note when the harness fills buffers, and write this rank's events at exit."""
+    import atexit
+    import json
+
+    from commbench.harness import collectives
+
+    fill = collectives.fill
+
+    def noted(*args, **kwargs):
+        EVENTS.append(("fill", time.monotonic()))
+        return fill(*args, **kwargs)
+
+    collectives.fill = noted
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK", "0")
+    atexit.register(lambda: open(f"{folder}/rank{rank}.json", "w").write(json.dumps(EVENTS)))
+
+
 if __name__ == "__main__":
     from commbench.cli import main
     from commbench.harness import watchdog
 
+    if os.environ.get("COMMBENCH_TEST_EVENTS"):
+        record_fills(os.environ["COMMBENCH_TEST_EVENTS"])
     if os.environ.get("COMMBENCH_TEST_STARTUP_FLOOR_S"):
         watchdog.STARTUP_FLOOR_S = float(os.environ["COMMBENCH_TEST_STARTUP_FLOOR_S"])
 
