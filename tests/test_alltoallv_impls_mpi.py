@@ -54,8 +54,9 @@ def test_fast_sched_reschedules_every_timed_call(driver_runs):
     df = sweep(driver_runs, "fast+sched")
     assert (df.nwrong == 0).all() and len(df) == 3
     info = pd.DataFrame(list(df["info"]))
-    # setup, then warm-up (1) + timed (2) + finish (1) + checked (1) calls
-    assert (info.calls == 5).all() and (info.per_call_schedule_us > 0).all()
+    # setup, then warm-up (1) + timed (2) + the loop's untimed edge after them (1) +
+    # finish (1) + checked (1) calls
+    assert (info.calls == 6).all() and (info.per_call_schedule_us > 0).all()
     assert (info.groups == "split").all()
 
 

@@ -44,7 +44,7 @@ class HangOnRankOne(_Base):
 
 @register("allreduce", "test-ordinal", backends=("cpu",))
 class SleepByOrdinal(_Base):
-    """Its n-th call since ``setup`` sleeps :func:`ordinal_sleep_s` (n) first."""
+    """Its n-th call since ``setup`` sleeps (1 + n % 5) x 4 ms first."""
 
     calls: int | None = None
 
@@ -53,7 +53,7 @@ class SleepByOrdinal(_Base):
         self.calls = 0
 
     def run(self, case):
-        time.sleep(ordinal_sleep_s(self.calls))
+        time.sleep((1 + self.calls % 5) * 0.004)
         self.calls += 1
         self.transport.allreduce(case.send, case.recv, case.op)
 
@@ -63,10 +63,6 @@ class SleepByOrdinal(_Base):
     def _say(self):
         if self.calls is not None and self.transport.topo.rank == 0:
             print(f"test-ordinal: {self.calls} calls", file=sys.stderr, flush=True)
-
-
-def ordinal_sleep_s(n: int) -> float:
-    return (1 + n % 5) * 0.004
 
 
 EVENTS: list[tuple[str, float]] = []
