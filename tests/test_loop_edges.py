@@ -33,7 +33,7 @@ def test_a_small_run_prints_every_loop_kind():
     rows = [line for line in lines if not line.strip()[0].isdigit()]
     names = "\n".join(rows)
     for kind in ("bare mpi4py loop", "one untimed call each side", "recursive-doubling, python",
-                 "mpi, C loop, 256 B", "mpi, C loop, 4096 B"):  # fmt: skip
+                 "mpi, native loop, 256 B", "mpi, native loop, 4096 B"):  # fmt: skip
         assert kind in names
     assert len(rows) == 1 + 6  # the header and six loops
     finish = [line.split() for line in lines if line.strip()[0].isdigit()]

@@ -9,11 +9,15 @@ loop it ran:
 - ``bare``: an mpi4py loop of OSU's latency shape (a barrier, then the timed call: a
   recursive-doubling exchange of 256 B over all ranks, persistent requests), then
   ``--after-us`` of busy Python before the next barrier (what a harness does after its
-  loop: on 8 ranks sharing 2 cores commbench's took 60-130 us);
+  loop; 100 us by default);
 - ``edges``: the same loop with one untimed call each side of the timed ones
   (:func:`commbench.harness.iterclock.latency_calls`);
 - ``commbench run`` with ``--timing latency`` for ``recursive-doubling`` (the loop in
-  Python) and ``mpi`` (the loop in C), 256 B and 4 KiB, from the raw samples it writes.
+  Python) and ``mpi`` (the loop in C where it can be built: the row names the record's
+  ``timed_loop``), 256 B and 4 KiB, from the raw samples it writes.
+
+Under a launcher (``mpiexec -n 8 python -m commbench.benchmarks.loop_edges``) it prints the
+bare loops' rows only.
 
 Then, per launch, a skewed all-to-allv's finish-time call (one call after a barrier, each
 rank's end: ``rank_finish_us``, figure 3) over its timed calls, the slowest rank's each:
@@ -37,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 CALLS, LOOPS, NBYTES = 10, 20, 256
-HARNESS = (("recursive-doubling", "python"), ("mpi", "C"))
+HARNESS = ("recursive-doubling", "mpi")
 
 
 def edge_ratios(per_call: np.ndarray) -> tuple[float, float, float]:
@@ -107,20 +111,23 @@ def _commbench_run(np_: int, argv: list[str], out: Path, timeout: float) -> tupl
     return read[0], read[1]
 
 
-def harness_loops(np_: int, launches: int, timeout: float) -> dict[tuple[str, int], list]:
-    """Per (impl, size), the slowest rank's per-call times of each launch of ``commbench
-    run allreduce --timing latency`` on ``np_`` local ranks (one rank a node)."""
-    out: dict[tuple[str, int], list] = {}
+def harness_loops(np_: int, launches: int, timeout: float) -> dict[tuple[str, str, int], list]:
+    """Per (impl, its record's ``timed_loop``, size), the slowest rank's per-call times of
+    each launch of ``commbench run allreduce --timing latency`` on ``np_`` local ranks (one
+    rank a node)."""
+    out: dict[tuple[str, str, int], list] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(launches):
-            for impl, _ in HARNESS:
+            for impl in HARNESS:
                 argv = ["allreduce", "--impl", impl, "--gpus-per-node", "1", "-b", "256",
                         "-e", "4K", "-f", "16", "-n", str(CALLS), "-w", "5", "--timing",
                         "latency", "-c", "0"]  # fmt: skip
-                _, raw = _commbench_run(np_, argv, Path(tmp) / f"{impl}-{n}.jsonl", timeout)
+                recs, raw = _commbench_run(np_, argv, Path(tmp) / f"{impl}-{n}.jsonl", timeout)
+                loop = {rec["size_bytes"]: rec["timed_loop"] for rec in recs}
                 for row in raw:
                     slowest = np.max(np.asarray(row["samples_us"]), axis=0)
-                    out.setdefault((impl, row["size_bytes"]), []).append(slowest)
+                    key = (impl, loop[row["size_bytes"]], row["size_bytes"])
+                    out.setdefault(key, []).append(slowest)
     return out
 
 
@@ -139,6 +146,12 @@ def finish_ratios(np_: int, launches: int, timeout: float) -> dict[int, list[flo
                 ratio = max(rec["rank_finish_us"]) / max(rec["rank_time_us"])
                 out.setdefault(rec["size_bytes"], []).append(ratio)
     return out
+
+
+def bare_rows(after_us: float, plain: list, edges: list) -> list[tuple[str, list]]:
+    """The bare loops' two rows for :func:`table`."""
+    return [(f"bare mpi4py loop, then {after_us:g} us of work", plain),
+            ("the same, one untimed call each side", edges)]  # fmt: skip
 
 
 def table(rows: list[tuple[str, list]]) -> str:
@@ -175,6 +188,8 @@ def main(argv: list[str]) -> int:
             Path(args.worker_out).write_text(
                 json.dumps({str(k): [t.tolist() for t in v] for k, v in got.items()})
             )
+        elif comm.rank == 0:
+            print(table(bare_rows(args.after_us, got[False], got[True])))
         return 0
     print(f"# {args.np} ranks on this machine, {CALLS} timed calls a loop, "
           f"{args.launches} launches; ratios: medians over the loops")  # fmt: skip
@@ -196,11 +211,9 @@ def main(argv: list[str]) -> int:
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"loop_edges: {e}", file=sys.stderr)
         return 1
-    rows = [(f"bare mpi4py loop, then {args.after_us:g} us of work", bare["False"]),
-            ("the same, one untimed call each side", bare["True"])]  # fmt: skip
-    for impl, loop in HARNESS:
-        for size in sorted({s for i, s in harness if i == impl}):
-            rows.append((f"commbench run {impl}, {loop} loop, {size} B", harness[impl, size]))
+    rows = bare_rows(args.after_us, bare["False"], bare["True"])
+    for impl, loop, size in sorted(harness, key=lambda k: (HARNESS.index(k[0]), k[2])):
+        rows.append((f"commbench run {impl}, {loop} loop, {size} B", harness[impl, loop, size]))
     print(table(rows))
     print("# the finish-time call (rank_finish_us) over the timed calls (rank_time_us), slowest "
           "rank, fanout on zipf:0.99, -c 1: per launch")  # fmt: skip

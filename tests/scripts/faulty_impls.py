@@ -92,7 +92,12 @@ def record_fills(folder: str) -> None:
 
     collectives.fill = noted
     rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK", "0")
-    atexit.register(lambda: open(f"{folder}/rank{rank}.json", "w").write(json.dumps(EVENTS)))
+
+    def write() -> None:
+        with open(f"{folder}/rank{rank}.json", "w") as fh:
+            fh.write(json.dumps(EVENTS))
+
+    atexit.register(write)
 
 
 if __name__ == "__main__":
