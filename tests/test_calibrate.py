@@ -103,6 +103,7 @@ def points(
 def test_fit_recovers_the_constants_it_was_given():
     c, why = cal.fit(points(cap=0.02), gpus_per_node=2, nranks=4)
     assert c["scaleout_latency_us"] == pytest.approx(100.0)
+    assert c["scaleout_latency_quiet_us"] == pytest.approx(50.0)  # one pair, the rest waiting
     assert c["scaleout_GBps"] == pytest.approx(0.0125, rel=1e-3)
     assert c["scaleup_latency_us"] == pytest.approx(6.0)
     assert c["scaleup_GBps"] == pytest.approx(2.0, rel=1e-3)
@@ -1138,6 +1139,27 @@ def test_mpi_allreduce_with_several_ranks_per_node_is_han():
     per_seg = max(serial, lat) + max(sent + copies, received)
     t64, t128 = (ar_model.han(k * seg, 4, f).time_us for k in (64, 128))
     assert t128 - t64 == pytest.approx(64 * per_seg, rel=0.05)
+
+
+def test_ranks_that_share_cores_pay_the_latency_of_those_that_exchange():
+    f = fabric()  # 2 ranks per node; nic_us is every rank's latency at once
+    assert f.nic_us_among(4, 8) == f.nic_us  # no quiet pair measured: one latency
+    quiet = f.with_(nic_quiet_us=f.nic_us / 4)
+    assert quiet.nic_us_among(8, 8) == f.nic_us
+    assert quiet.nic_us_among(4, 8) == pytest.approx(f.nic_us / 2)  # half of them: half
+    assert quiet.nic_us_among(1, 8) == pytest.approx(f.nic_us / 4)  # never below a pair
+    assert f.with_(nic_quiet_us=2 * f.nic_us).nic_us_among(2, 8) == f.nic_us  # nor above all
+    # HAN's inter-node reduce and broadcast run among the node leaders alone (4 of 8
+    # ranks): at 256 B, a call of latencies, they pay half the latency; the node's
+    # reduce and broadcast, every rank at once, do not change
+    n = 256
+    _, serial, sent, received, _, _ = ar_model._inter_reduce(n, 4, f.with_(nic_us=f.nic_us / 2))
+    _, lat, copies, _, _ = ar_model._inter_bcast(n, 4, f.with_(nic_us=f.nic_us / 2))
+    expected = f.stage_us + sum((ar_model._intra_tree(n, f, reduce=True),
+                                 serial + max(sent, received), lat + copies,
+                                 ar_model._intra_tree(n, f, reduce=False)))  # fmt: skip
+    assert ar_model.han(n, 4, quiet).time_us == pytest.approx(expected)
+    assert ar_model.han(n, 4, quiet).time_us < ar_model.han(n, 4, f).time_us
 
 
 # ---------------------------------------------------------------- the job experiment

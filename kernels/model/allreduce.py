@@ -303,11 +303,14 @@ def han(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pred
     broadcast left it, the buckets on its way in (its switch port, the other leaders'
     NICs) as its reduce did, each refilled since; HAN's pipeline keeps them busy, so
     later segments find them empty. ``after_rest``: the first call after a rest instead
-    (every bucket full).
+    (every bucket full). The inter-node sub-collectives run among the node leaders
+    alone, the other ranks waiting, so their messages pay the latency of that many ranks
+    exchanging (:meth:`Fabric.nic_us_among`).
     """
     _check(n, nodes, fabric)
     g = fabric.gpus_per_node
     p = nodes * g
+    leaders = fabric.with_(nic_us=fabric.nic_us_among(nodes, p))
     m = max(1, math.ceil(n / HAN_SEGMENT_BYTES))
     seg = np.full(m, float(min(n, HAN_SEGMENT_BYTES)))
     seg[-1] = n - (m - 1) * seg[0]
@@ -331,9 +334,9 @@ def han(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pred
             elif kind == "lb":
                 memo[key] = ("", _intra_tree(s, fabric, reduce=False), 0.0, 0.0, 0.0)
             elif kind == "ur":
-                memo[key] = _inter_reduce(s, nodes, fabric, *tokens)
+                memo[key] = _inter_reduce(s, nodes, leaders, *tokens)
             else:
-                memo[key] = _inter_bcast(s, nodes, fabric, tokens[0])
+                memo[key] = _inter_bcast(s, nodes, leaders, tokens[0])
         return memo[key]
 
     def at(i: int) -> bool:

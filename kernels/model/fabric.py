@@ -144,6 +144,10 @@ class Fabric:
     #: what a call of them pays once
     ring_step_us: float | None = None
     ring_call_us: float = 0.0
+    #: the latency between nodes with one pair of ranks exchanging and the others
+    #: waiting (calibrate's quiet ping-pong), where ``nic_us`` is every rank's at once
+    #: (None: ``nic_us`` however many exchange; :meth:`nic_us_among`)
+    nic_quiet_us: float | None = None
     switch_buffer_MB: float = 0.0
     nccl_ll128: bool = True
     fabric_GBps: float = math.inf
@@ -245,7 +249,7 @@ class Fabric:
             v = _number(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"fabric: {name} must be a finite number >= 0 (got {v!r})")
-        for name in ("butterfly_step_us", "ring_step_us"):  # None: not measured
+        for name in ("butterfly_step_us", "ring_step_us", "nic_quiet_us"):  # None: not measured
             if getattr(self, name) is not None:
                 v = _number(self, name)
                 if not (v >= 0 and math.isfinite(v)):
@@ -260,6 +264,25 @@ class Fabric:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def nic_us_among(self, active: int, ranks: int) -> float:
+        """The latency between nodes while ``active`` of a job's ``ranks`` ranks exchange
+        messages at once (the others waiting, as a hierarchical collective's node leaders
+        exchange while the other ranks wait for them).
+
+        ``nic_us`` is every rank's at once. Where ranks share cores (the emulated
+        cluster: 8 ranks on 2) a message's latency is mostly the hosts' work on it spread
+        over the ranks that move messages, so ``active`` of them pay that share of it,
+        never less than one pair alone (``nic_quiet_us``): on the emulated 4x2, an 8 B
+        exchange step across nodes took 57-73 us with all 8 ranks exchanging, 27-33 with
+        the 4 node leaders, 22-34 with one pair (model-validation.md, "HAN's leaders").
+        Where each rank has cores of its own the two latencies agree and this is
+        ``nic_us``.
+        """
+        if self.nic_quiet_us is None or ranks < 1:
+            return self.nic_us
+        share = self.nic_us * min(max(active, 1), ranks) / ranks
+        return float(min(self.nic_us, max(self.nic_quiet_us, share)))
 
     def nic_time_us(self, nbytes) -> np.ndarray | float:
         """Time for ``nbytes`` through one NIC at full rate."""

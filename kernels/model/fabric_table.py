@@ -44,6 +44,10 @@ class FabricTable(BaseModel):
       ``ring_call_us`` (the same for a host-driven ring's step, on either tier;
       measured by ``commbench calibrate``; None: an empty round, two posts and the
       link's latency);
+      ``scaleout_latency_quiet_us`` (the latency between nodes with one pair of ranks
+      exchanging, the others waiting, where ``scaleout_latency_us`` is every rank's at
+      once: ranks that share cores pay more the more of them exchange; measured by
+      ``commbench calibrate``; None: ``scaleout_latency_us`` however many exchange);
       ``switch_buffer_MB`` (a receiving port's share of the switch buffer) with
       ``incast_lossless`` / ``incast_lossy`` (loss per extra sender once it overflows)
       and ``flow_control`` naming which of the two the fabric runs; ``nccl_ll128``
@@ -88,6 +92,7 @@ class FabricTable(BaseModel):
     scaleout: str
     scaleout_GBps: float = Field(ge=0)
     scaleout_latency_us: float = Field(ge=0)
+    scaleout_latency_quiet_us: float | None = Field(None, ge=0)
     nics_per_node: int = Field(ge=1)
     stage_cost_us: float = Field(ge=0)
     msg_us: float | None = Field(None, ge=0)
@@ -152,6 +157,8 @@ class FabricTable(BaseModel):
                     "butterfly_step_us", "butterfly_call_us", "ring_step_us",
                     "ring_call_us")  # fmt: skip
         values.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
+        if self.scaleout_latency_quiet_us is not None:
+            values["nic_quiet_us"] = self.scaleout_latency_quiet_us
         if self.scaleout_burst_bytes is not None:
             values["nic_burst_bytes"] = self.scaleout_burst_bytes * self.nics_per_node / node_gpus
         if self.scaleup_eager_bytes is not None:

@@ -180,8 +180,9 @@ def burst_sizes(nbytes: int) -> tuple[int, int, int]:
 
 #: the constants of a step's fixed cost, which ``--update`` measures again (on the
 #: emulated cluster they moved by up to 1.4x within minutes while the rates held)
-STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "msg_us", "stage_cost_us", "put_us",
-             "butterfly_step_us", "butterfly_call_us", "ring_step_us", "ring_call_us")  # fmt: skip
+STEP_KEYS = ("scaleup_latency_us", "scaleout_latency_us", "scaleout_latency_quiet_us", "msg_us",
+             "stage_cost_us", "put_us", "butterfly_step_us", "butterfly_call_us", "ring_step_us",
+             "ring_call_us")  # fmt: skip
 #: the point kinds they are fitted from (:func:`fit`)
 STEP_KINDS = ("pingpong", "pingpong-all", "stage", "post", "put", "chain", "ring")
 
@@ -1076,7 +1077,8 @@ def fit(
 
     Latency = the 8 B ping-pong's one-way time (half the round trip) with every rank
     ping-ponging at once (``pingpong-all``: what a message costs while a collective keeps
-    every rank busy; on an oversubscribed machine far above the quiet ``pingpong``); a
+    every rank busy; on an oversubscribed machine far above the quiet ``pingpong``, kept
+    between nodes as ``scaleout_latency_quiet_us``); a
     link's rate = its bytes over the stream's round trip less two quiet latencies (its
     own and the ack's); ``fabric_GBps`` = all NICs' bytes over the
     ``allnics`` time less one latency (only where it is below the NICs' sum: otherwise
@@ -1127,10 +1129,14 @@ def fit(
             "below the rank count) to measure the scale-out tier"
         )
     lat, nic = rate("scaleout")
-    c.update(scaleout_GBps=nic, scaleout_latency_us=lat, nics_per_node=g)
+    quiet = _one(points, "pingpong", "scaleout")["time_us"]
+    c.update(scaleout_GBps=nic, scaleout_latency_us=lat, scaleout_latency_quiet_us=quiet,
+             nics_per_node=g)  # fmt: skip
     why.update(
         scaleout_latency_us="8 B ping-pong, half the round trip, every rank paired with the "
         "rank of its index on another node at once (a collective keeps every rank busy)",
+        scaleout_latency_quiet_us="8 B ping-pong, half the round trip, rank 0 with node 1 "
+        "while the other ranks wait (what a message costs where few ranks exchange)",
         scaleout_GBps=f"one stream of {_one(points, 'stream', 'scaleout')['bytes']} B "
         "from rank 0 to node 1 (8 B ack back), less two latencies",
         nics_per_node="one NIC per rank: every rank streamed at once through its own (allnics)",
