@@ -118,17 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be at least 2, --trials and --bytes at least 1")
     if args.nodes < 2 or args.ranks_per_node < 1:
         parser.error("--nodes must be at least 2 and --ranks-per-node at least 1")
-    if args.worker:
-        return worker(args)
-    try:
-        spec = owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
-                                       "target-shallow")  # fmt: skip
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--ranks-per-node", str(args.ranks_per_node), "--bytes", str(args.bytes),
-            "--rounds", str(args.rounds), "--trials", str(args.trials)]  # fmt: skip
-    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.barrier_loss",
-                                        argv)  # fmt: skip
+    return owncluster.start(
+        parser, args, worker,
+        lambda: owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
+                                        "target-shallow"),
+        ("ranks_per_node", "bytes", "rounds", "trials"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

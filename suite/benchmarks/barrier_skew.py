@@ -117,18 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1 or args.size < 1:
         parser.error("--size, --calls and --rounds must be at least 1")
-    if args.worker:
-        return worker(args)
-    try:
+
+    def spec():
         if args.nodes < 2 or args.nodes & (args.nodes - 1):
             raise UsageError(f"--nodes {args.nodes}: give a power of two (2, 4, 8 ...)")
-        spec = owncluster.cluster_spec(PREFIX, args.nodes, 1, args.nic)
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--size", str(args.size), "--calls", str(args.calls), "--rounds", str(args.rounds)]
-    return owncluster.run_worker_or_say(
-        parser.prog, spec, "commbench.benchmarks.barrier_skew", argv
-    )
+        return owncluster.cluster_spec(PREFIX, args.nodes, 1, args.nic)
+
+    return owncluster.start(parser, args, worker, spec, ("size", "calls", "rounds"))
 
 
 if __name__ == "__main__":

@@ -112,21 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--size and --rest-size are float32 buffers: give multiples of 4 bytes")
     if args.rest_size >= args.size:
         parser.error(f"--rest-size {args.rest_size} must be below --size {args.size}")
-    if args.worker:
-        return worker(args)
-    try:
+
+    def spec():
         if args.nodes < 2:
             raise UsageError(f"--nodes {args.nodes}: give 2 or more")
         if args.ranks_per_node < 1:
             raise UsageError(f"--ranks-per-node {args.ranks_per_node}: give 1 or more")
-        spec = owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic)
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--size", str(args.size), "--rest-size", str(args.rest_size),
-            "--before", str(args.before), "--calls", str(args.calls)]  # fmt: skip
-    return owncluster.run_worker_or_say(
-        parser.prog, spec, "commbench.benchmarks.bucket_state", argv
-    )
+        return owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic)
+
+    return owncluster.start(parser, args, worker, spec,
+                            ("size", "rest_size", "before", "calls"))  # fmt: skip
 
 
 if __name__ == "__main__":

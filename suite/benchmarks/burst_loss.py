@@ -200,18 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be at least 2; --ranks-per-node and --calls at least 1")
     if min(args.sizes + args.spreadout) < 1:
         parser.error("every size of --sizes and --spreadout must be at least 1 byte")
-    if args.worker:
-        return worker(args)
-    try:
-        spec = owncluster.cluster_spec(PREFIX, 2, args.ranks_per_node, args.nic, "target-shallow")
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--message", str(args.message),
-            "--rounds", str(args.rounds), "--ranks-per-node", str(args.ranks_per_node),
-            "--seed", str(args.seed)]  # fmt: skip
     then = spreadout_timeouts(args.spreadout, args.calls) if args.spreadout else None
-    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.burst_loss",
-                                        argv, then)  # fmt: skip
+    return owncluster.start(
+        parser, args, worker,
+        lambda: owncluster.cluster_spec(PREFIX, 2, args.ranks_per_node, args.nic, "target-shallow"),
+        ("sizes", "message", "rounds", "ranks_per_node", "seed"), then,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -148,17 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
-    if args.worker:
-        return worker(args)
-    try:
-        args.spec = cluster_spec(args.nodes, args.nic)
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--size", str(args.size), "--calls", str(args.calls), "--rounds", str(args.rounds),
-            "--gap", str(args.gap)]  # fmt: skip
-    return owncluster.run_worker_or_say(
-        parser.prog, args.spec, "commbench.benchmarks.exchange_order", argv
-    )
+    return owncluster.start(parser, args, worker, lambda: cluster_spec(args.nodes, args.nic),
+                            ("size", "calls", "rounds", "gap"))  # fmt: skip
 
 
 if __name__ == "__main__":

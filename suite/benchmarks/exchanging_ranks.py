@@ -120,19 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.steps, args.reps, args.rounds, args.ranks_per_node) < 1:
         parser.error("--ranks-per-node, --steps, --reps and --rounds must be at least 1")
-    if args.worker:
-        return worker(args)
-    try:
+
+    def spec():
         if args.nodes < 2 or args.nodes & (args.nodes - 1):
             raise UsageError(f"--nodes {args.nodes}: give a power of two (2, 4, 8 ...)")
-        spec = owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic)
-    except UsageError as exc:
-        parser.error(str(exc))
-    argv = ["--ranks-per-node", str(args.ranks_per_node), "--steps", str(args.steps),
-            "--reps", str(args.reps), "--rounds", str(args.rounds)]  # fmt: skip
-    return owncluster.run_worker_or_say(
-        parser.prog, spec, "commbench.benchmarks.exchanging_ranks", argv
-    )
+        return owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic)
+
+    return owncluster.start(parser, args, worker, spec,
+                            ("ranks_per_node", "steps", "reps", "rounds"))  # fmt: skip
 
 
 if __name__ == "__main__":

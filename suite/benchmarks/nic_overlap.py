@@ -115,15 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(
                 "--sizes must be at least 1 byte each, --repeats and --train at least 1"
             )
-        rpn = max(2, args.train)
-        spec = None if args.worker else owncluster.cluster_spec(PREFIX, 2, rpn, args.nic)
     except (UsageError, ValueError) as exc:
         parser.error(str(exc))
-    if args.worker:
-        return worker(args)
-    argv = ["--sizes", ",".join(str(s) for s in args.sizes), "--repeats", str(args.repeats),
-            "--train", str(args.train)]  # fmt: skip
-    return owncluster.run_worker_or_say(parser.prog, spec, "commbench.benchmarks.nic_overlap", argv)
+    return owncluster.start(
+        parser, args, worker,
+        lambda: owncluster.cluster_spec(PREFIX, 2, max(2, args.train), args.nic),
+        ("sizes", "repeats", "train"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from commbench.cluster.plan import ClusterSpec, parse_rate
@@ -81,3 +81,31 @@ def run_worker_or_say(prog: str, spec: ClusterSpec, module: str, argv: list[str]
     except UsageError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+
+
+def worker_argv(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    """``--NAME VALUE`` for each option ``names`` (argparse destinations) of ``args``: what
+    a probe passes on to its worker (a list as comma-separated values)."""
+    out: list[str] = []
+    for name in names:
+        value = getattr(args, name)
+        text = ",".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+        out += [f"--{name.replace('_', '-')}", text]
+    return out
+
+
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace,
+          worker: Callable[[argparse.Namespace], int], spec_of: Callable[[], ClusterSpec],
+          forward: Sequence[str], then: Callable[[ClusterSpec, Path], int] | None = None) -> int:  # fmt: skip
+    """A probe's run once its options are checked: ``worker(args)`` under a launcher
+    already (``--worker``), else on a cluster of its own, ``spec_of()`` (a ``UsageError``
+    refused as the parser's one-line error), its worker given the options ``forward``
+    (:func:`worker_argv`; ``then`` as :func:`run_worker`'s)."""
+    if args.worker:
+        return worker(args)
+    try:
+        spec = spec_of()
+    except UsageError as exc:
+        parser.error(str(exc))
+    module = parser.prog.split()[-1]
+    return run_worker_or_say(parser.prog, spec, module, worker_argv(args, forward), then)
