@@ -1160,6 +1160,7 @@ def test_ranks_that_share_cores_pay_the_latency_of_those_that_exchange():
                                  ar_model._intra_tree(n, f, reduce=False)))  # fmt: skip
     assert ar_model.han(n, 4, quiet).time_us == pytest.approx(expected)
     assert ar_model.han(n, 4, quiet).time_us < ar_model.han(n, 4, f).time_us
+    assert ar_model.han(n, 4, quiet).info["han_inter_latency_us"] == pytest.approx(f.nic_us / 2)
 
 
 # ---------------------------------------------------------------- the job experiment

@@ -384,6 +384,7 @@ def han(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pred
         "han_inter_reduce": f"libnbc {ur_alg}",
         "han_inter_bcast": f"libnbc {ub_alg}",
         "han_intra": "tuned binomial reduce/bcast",
+        "han_inter_latency_us": leaders.nic_us,
     }
     t = np.full(p, fabric.stage_us + total)
     return Prediction("han", t, lower_bound_us(n, nodes, fabric), info)
