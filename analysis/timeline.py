@@ -119,11 +119,12 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     after the later of the two posts: the exchange itself once both are in),
     ``direction_us`` (this rank's wait ended this long after the partner's posts: on a
     one-sided step, NVRAR's, the time of the partner's data into this rank; on a
-    two-sided one it waits for its own send too) and ``step_us`` (start of the posts to
-    the end of the wait). A step with several post
-    or wait spans (NVRAR waits chunk by chunk) counts from its first post's start, its
-    last post's end and its last wait's end. Needs ``loop_start_us`` (ranks that read
-    one clock: one machine); steps without both kinds of span are left out."""
+    two-sided one it waits for its own send too; below 0 where the data landed before
+    the partner, preempted after posting, marked its posts' end) and ``step_us`` (start
+    of the posts to the end of the wait). A step with several post or wait spans (NVRAR
+    waits chunk by chunk) counts from its first post's start, its last post's end and
+    its last wait's end. Needs ``loop_start_us`` (ranks that read one clock: one
+    machine); steps without both kinds of span are left out."""
     cols = ("run_id", "point", "inplace", "call", "step", "rank")
     out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "direction_us", "step_us")
     s = spans[spans["kind"].isin(("post", "wait")) & (spans["step"] >= 0)]

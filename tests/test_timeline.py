@@ -184,7 +184,10 @@ def test_lateness_table_sums_a_recorded_butterfly_per_point(latency, driver_runs
     directions = direction_table(spans[spans["impl"] == "recursive-doubling"], [1, 2, 4])
     row = directions.iloc[0]
     assert len(directions) == 1 and row["directions"] == 8 * 3 * 3
-    assert 0 < row["direction_min_us"] <= row["direction_median_us"] <= row["direction_max_us"]
+    # a message can land before its sender, preempted on a shared core, marks its posts'
+    # end, so the least direction may be below 0; the median is a message's time
+    assert row["direction_min_us"] <= row["direction_median_us"] <= row["direction_max_us"]
+    assert row["direction_median_us"] > 0
     with pytest.raises(SystemExit) as stop:
         lateness.main([str(path), "--distances", "0,2"])
     assert stop.value.code == 2 and "at least 1" in capsys.readouterr().err

@@ -274,8 +274,9 @@ class Fabric:
         cluster: 8 ranks on 2) a message's latency is mostly the hosts' work on it spread
         over the ranks that move messages, so ``active`` of them pay that share of it,
         never less than one pair alone (``nic_quiet_us``): on the emulated 4x2, an 8 B
-        exchange step across nodes took 57-73 us with all 8 ranks exchanging, 27-33 with
-        the 4 node leaders, 22-34 with one pair (model-validation.md, "HAN's leaders").
+        exchange step across nodes took 55-60 us with all 8 ranks exchanging, 27-28 with
+        the 4 node leaders, 24-26 with one pair (``python -m
+        commbench.benchmarks.exchanging_ranks``; model-validation.md, "HAN's leaders").
         Where each rank has cores of its own the two latencies agree and this is
         ``nic_us``.
         """
