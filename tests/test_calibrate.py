@@ -209,6 +209,7 @@ def test_the_profile_is_a_shipped_format_profile_with_every_constant_measured(tm
         assert fab.sources[key].startswith(f"measured: {RUN}: "), key
     f = fabric_from_profile(str(path))
     assert f.fabric_GBps == pytest.approx(0.02) and f.incast == pytest.approx(0.1)
+    assert f.nic_quiet_us == pytest.approx(50.0) and f.nic_us == pytest.approx(100.0)
     assert load_system(str(path)).name == "mine"
 
 
