@@ -3,7 +3,8 @@
 For the small transport probes (:mod:`~commbench.benchmarks.exchange_order`,
 :mod:`~commbench.benchmarks.nic_overlap`, :mod:`~commbench.benchmarks.barrier_skew`,
 :mod:`~commbench.benchmarks.bucket_state`, :mod:`~commbench.benchmarks.burst_loss`,
-:mod:`~commbench.benchmarks.barrier_loss`, :mod:`~commbench.benchmarks.exchanging_ranks`): the
+:mod:`~commbench.benchmarks.barrier_loss`, :mod:`~commbench.benchmarks.exchanging_ranks`,
+:mod:`~commbench.benchmarks.step_content`): the
 ``target-deep`` queue (or another emulated profile's), a NIC rate given in the usual
 form, the cluster removed however the run ends.
 """
