@@ -27,8 +27,18 @@ SUBCOMMANDS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose refusals rank 0 alone says where a launcher started every
+    rank with the same arguments (sub-command parsers are of this class too)."""
+
+    def error(self, message: str):
+        if _said_by_rank_0():
+            self.exit(2)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="commbench",
         description="Benchmarks for GPU collective communication (FAST, NVRAR, MPI/NCCL/RCCL).",
     )
@@ -40,13 +50,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _said_by_rank_0() -> bool:
+    """Whether this process is a launched rank other than 0 that has not started MPI:
+    every rank checks the same arguments the same way before MPI starts, so rank 0 says
+    what is wrong, once (a rank that fails after MPI started says it itself)."""
+    from commbench.launch import launched_rank
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    started = mpi is not None and (mpi.Is_initialized() or mpi.Is_finalized())
+    return not started and launched_rank() != 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as exc:  # UsageError is a ValueError
-        print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
+        if not _said_by_rank_0():
+            print(f"commbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit

@@ -72,6 +72,15 @@ def under_launcher() -> bool:
     return any(v in os.environ for v in _LAUNCHED)
 
 
+def launched_rank() -> int:
+    """This process's rank from its launcher's environment, read before MPI starts; 0
+    where no launcher started it."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "PALS_RANKID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
 def relaunch(np_: int, module: str, argv: list[str], timeout: float) -> int:
     """Run ``python -m module argv...`` on ``np_`` local ranks; returns the exit status
     (124 when it ran past ``timeout`` seconds)."""

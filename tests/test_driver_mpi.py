@@ -218,3 +218,14 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,message", [(["allreduce", "--impl", "bogus"], "unknown implementation"),
+                                          (["allreduce", "--bogus"], "unrecognized arguments")])  # fmt: skip
+def test_bad_input_under_a_launcher_is_said_once_not_by_every_rank(tmp_path, args, message):
+    out = tmp_path / "r.jsonl"
+    proc = run_mpi(3, ["-m", "commbench", "run", *args, "--out", str(out)], timeout=120)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if message in line]
+    assert len(said) == 1, proc.stderr
+    assert not out.exists()

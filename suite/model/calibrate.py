@@ -1630,14 +1630,6 @@ def add_arguments(p) -> None:
                    "(its raw points file supplies the rest; --base is not used)")  # fmt: skip
 
 
-def _launched_rank() -> int:
-    """This process's rank from the launcher's environment (before MPI starts); 0 alone."""
-    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
-
-
 def check_arguments(args) -> tuple[dict, dict]:
     """``(base profile's TOML data, measuring options)``; ``UsageError`` on bad input,
     before MPI starts or anything is written."""
@@ -1710,13 +1702,7 @@ def run_calibrate(args) -> int:
 
     from commbench.jobs.profile import parse_profile
 
-    rank = _launched_rank()
-    try:
-        base, opts = check_arguments(args)
-    except UsageError:
-        if rank:
-            return 2  # every rank knows; rank 0 says it, once
-        raise
+    base, opts = check_arguments(args)  # before MPI: rank 0 says what is wrong (cli.main)
     from mpi4py import MPI
 
     from commbench.cluster.netns import current_fabric
