@@ -30,6 +30,7 @@ def probe_parser(module: str, doc: str) -> argparse.ArgumentParser:
                                      description=doc.split("\n\n")[0])  # fmt: skip
     parser.add_argument("--nic", default="100mbit", help="emulated NIC rate (100mbit)")
     parser.add_argument("--worker", action="store_true", help="run under a launcher already")
+    parser.set_defaults(probe_module=f"commbench.benchmarks.{module}")  # what start() runs
     return parser
 
 
@@ -98,15 +99,15 @@ def worker_argv(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace,
           worker: Callable[[argparse.Namespace], int], spec_of: Callable[[], ClusterSpec],
           forward: Sequence[str], then: Callable[[ClusterSpec, Path], int] | None = None) -> int:  # fmt: skip
-    """A probe's run once its options are checked: ``worker(args)`` under a launcher
-    already (``--worker``), else on a cluster of its own, ``spec_of()`` (a ``UsageError``
-    refused as the parser's one-line error), its worker given the options ``forward``
-    (:func:`worker_argv`; ``then`` as :func:`run_worker`'s)."""
+    """A probe's run once its options are checked (``parser`` and ``args`` from
+    :func:`probe_parser`): ``worker(args)`` under a launcher already (``--worker``), else
+    on a cluster of its own, ``spec_of()`` (a ``UsageError`` refused as the parser's
+    one-line error), the probe's module run there as its worker with the options
+    ``forward`` (:func:`worker_argv`; ``then`` as :func:`run_worker`'s)."""
     if args.worker:
         return worker(args)
     try:
         spec = spec_of()
     except UsageError as exc:
         parser.error(str(exc))
-    module = parser.prog.split()[-1]
-    return run_worker_or_say(parser.prog, spec, module, worker_argv(args, forward), then)
+    return run_worker_or_say(parser.prog, spec, args.probe_module, worker_argv(args, forward), then)
