@@ -163,6 +163,44 @@ def median_interval(
     return Interval(median, min(lo, median), max(hi, median), n, len(gs), BOOTSTRAP, level)
 
 
+def slowest_mean_interval(
+    launches: Iterable[Sequence[Sequence[float]]],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval:
+    """The reading of a point timed with ``-a 3`` (each launch's slowest rank's mean over
+    its calls, the median over launches) and its bootstrap interval: what the same
+    launches and calls read when drawn again. Each launch is ranks x calls (a raw record's
+    ``samples_us``); a resample draws the launches with replacement, then each one's calls
+    with replacement, a call whole (every rank's sample of it together: a rank a late
+    flow holds up makes its peer late in the same call). Where a few calls pay a large
+    cost (a retransmission timeout), the reading moves with how many of them a launch
+    draws, and the interval says how far."""
+    tables = [np.asarray(t, dtype=float) for t in launches]
+    tables = [t.reshape(len(t), -1) for t in tables if t.size]
+    if not tables:
+        return Interval(math.nan, math.nan, math.nan, 0, 0, NONE, level)
+    reading = float(np.median([t.mean(axis=1).max() for t in tables]))
+    calls = sum(t.shape[1] for t in tables)
+    if calls < 2:
+        return Interval(reading, math.nan, math.nan, calls, len(tables), NONE, level)
+    rng = np.random.default_rng(seed)
+    k = len(tables)
+    count = max(200, min(resamples, _MAX_CELLS // max(sum(t.size for t in tables), 1)))
+    # per launch, ``count`` x ``k`` independent redraws of its reading (one per slot a
+    # resample may give it)
+    redrawn = np.empty((k, count, k))
+    for j, t in enumerate(tables):
+        cols = rng.integers(0, t.shape[1], (count, k, t.shape[1]))
+        redrawn[j] = t[:, cols].mean(axis=3).max(axis=0)
+    pick = np.zeros((count, 1), dtype=np.int64) if k == 1 else rng.integers(0, k, (count, k))
+    slots = np.arange(pick.shape[1])
+    values = np.median(redrawn[pick, np.arange(count)[:, None], slots], axis=1)
+    lo, hi = _bounds(values, level)
+    return Interval(reading, min(lo, reading), max(hi, reading), calls, k, BOOTSTRAP, level)
+
+
 def exact_interval(time_us: float, launches: int = 1) -> Interval:
     """A modelled point: no noise, the interval is the time itself."""
     t = float(time_us)

@@ -301,3 +301,48 @@ def test_late_report_counts_the_samples_a_timeout_made_late(tmp_path):
     lines = validate.late_report([tmp_path]).splitlines()
     assert lines[2:] == [f"| {tmp_path.name} | measured-2x2-shallow-alltoallv | uniform | 1M | "
                          "fanout | 1 | 0.15 | 0.40 |"]  # fmt: skip
+
+
+def test_the_points_out_say_whether_the_model_lies_in_their_reading_s_interval(tmp_path):
+    """No cluster: a row's reading's 95 % interval comes from the run's raw samples
+    (``interval_us``, a bootstrap over its launches' calls); the list of points out of
+    band gives it, says whether the model lies in it and counts those that do. A row
+    whose run kept no raw samples has none ("-")."""
+    rng = np.random.default_rng(5)
+    stem = tmp_path / "measured-4x2-shallow-alltoallv"
+    recs, raws = [], []
+    for launch in range(2):
+        for point, impl in enumerate(("fanout", "mpi", "fast")):
+            samples = 75e3 + 157e3 * (rng.random((8, 5)) < 0.3) if impl != "fast" else \
+                np.full((8, 5), 100e3)  # fmt: skip
+            rid = f"r{launch}{impl}"
+            recs.append(dict(run_id=rid, point=point, collective="alltoallv", impl=impl,
+                             workload="uniform", size_bytes=1 << 20, nwrong=0,
+                             time_us=float(samples.mean(axis=1).max())))  # fmt: skip
+            raws.append(dict(run_id=rid, point=point, samples_us=samples.tolist()))
+    stem.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    stem.with_suffix(".raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in raws))
+    rows = validate.rows_of("4x2", "shallow", recs, [
+        {**recs[0], "time_us": 1.0}, {**recs[1], "time_us": recs[1]["time_us"] * 1.5},
+        {**recs[2], "time_us": 50e3}])  # fmt: skip
+    got = validate.with_intervals(rows, tmp_path)
+    by = {r["impl"]: r for r in got}
+    for r in got:
+        low, high = r["interval_us"]
+        assert low <= r["measured_us"] <= high
+    assert by["fast"]["interval_us"] == [100e3, 100e3]
+    assert validate.with_intervals(rows, tmp_path / "elsewhere") == rows  # no raw samples
+    # out of band: below its interval, inside its wide one, none kept
+    row = dict(queue="shallow", collective="alltoallv", shape="4x2", workload="uniform",
+               size=1 << 20, measured_us=200e3, launches_us=[190e3, 210e3])  # fmt: skip
+    text = validate.out_of_band(pd.DataFrame([
+        {**row, "impl": "fanout", "model_us": 150e3, "interval_us": [180e3, 260e3]},
+        {**row, "impl": "mpi", "model_us": 240e3, "interval_us": [170e3, 250e3]},
+        {**row, "impl": "fast", "model_us": 100e3},
+        {**row, "impl": "fast+sched", "model_us": 200e3, "interval_us": [199e3, 201e3]},
+    ]))  # fmt: skip
+    assert "Out of band (3):" in text
+    assert "| fanout | uniform | 1M | 0.75 | x1.11 | 180.00-260.00 | no |" in text
+    assert "| mpi | uniform | 1M | 1.20 | x1.11 | 170.00-250.00 | yes |" in text
+    assert "| fast | uniform | 1M | 0.50 | x1.11 | - | - |" in text
+    assert "1 of the 3 have the model inside their reading's 95 % interval" in text

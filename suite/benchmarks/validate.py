@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from commbench.analysis.intervals import slowest_mean_interval
 from commbench.cluster import netns
 from commbench.cluster.launcher import measure_shm_GBps
 from commbench.cluster.plan import DEFAULT_TCP_CONGESTION, ClusterSpec
@@ -312,7 +313,8 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
             calls = args.ar_iters if collective == "allreduce" else args.iters
             model = modelled(used, collective, nodes, impls, sizes, workloads, args.seed,
                              args.out / f"model-{tag}-{collective}.jsonl", calls)  # fmt: skip
-            rows = rows_of(shape, queue, measured, model, used.name if updates else None)
+            rows = with_intervals(rows_of(shape, queue, measured, model,
+                                          used.name if updates else None), args.out)  # fmt: skip
             kept += rows
             mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
@@ -377,8 +379,10 @@ def table(df: pd.DataFrame) -> str:
 
 def out_of_band(df: pd.DataFrame) -> str:
     """The modelled points outside the band, one row each (queue, collective, shape,
-    implementation, size), with their ratio and launch spread: the list a reader checks
-    the explanations of the points out against; empty when every point is in band."""
+    implementation, size), with their ratio, launch spread and the reading's 95 %
+    interval (``interval_us``, where the run's raw samples gave one) and whether the
+    model lies in it: the list a reader checks the explanations of the points out
+    against; empty when every point is in band."""
     lo, hi = BAND
     ratio = df.model_us / df.measured_us
     outside = ratio.notna() & ~ratio.between(lo, hi)
@@ -387,13 +391,26 @@ def out_of_band(df: pd.DataFrame) -> str:
         return ""
     lines = [f"Out of band ({len(out)}):", "",
              "| queue | collective | shape | impl | workload | size | model/measured | "
-             "launch spread |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "launch spread | reading's 95 % interval ms | model in it |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    held = 0
     for r in out.sort_values(["queue", "collective", "shape", "impl", "size", "workload"],
                              na_position="first").itertuples():  # fmt: skip
         workload = r.workload if isinstance(r.workload, str) else "-"
+        interval = getattr(r, "interval_us", None)
+        if isinstance(interval, list) and len(interval) == 2:
+            inside = interval[0] <= r.model_us <= interval[1]
+            held += inside
+            seen = f"{interval[0] / 1e3:.2f}-{interval[1] / 1e3:.2f} | {'yes' if inside else 'no'}"
+        else:
+            seen = "- | -"
         lines.append(f"| {r.queue} | {r.collective} | {r.shape} | {r.impl} | {workload} | "
                      f"{format_size(int(r.size))} | {r.ratio:.2f} | "
-                     f"{_spread_text(getattr(r, 'launches_us', None))} |")  # fmt: skip
+                     f"{_spread_text(getattr(r, 'launches_us', None))} | {seen} |")  # fmt: skip
+    lines += ["", f"{held} of the {len(out)} have the model inside their reading's 95 % "
+              "interval (a bootstrap over the point's launches and their calls, each call "
+              "every rank's sample of it: what the run reads drawn again): the calls and "
+              "launches a run draws could read the model's time."]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -496,6 +513,56 @@ def late_samples(samples, timeout_us: float) -> tuple[float, float]:
     return float(late.mean()), float(late.any(axis=0).mean())
 
 
+def raw_samples(measured: Path) -> dict[tuple, list]:
+    """``samples_us`` (ranks x calls) of each record of a ``measured-*.jsonl`` by ``(run
+    id, point)``, from the raw side file the harness wrote beside it (empty without one)."""
+    raw = measured.with_name(measured.name[: -len(".jsonl")] + ".raw.jsonl")
+    if not raw.exists():
+        return {}
+    samples = {}
+    for line in raw.open():
+        r = json.loads(line)
+        samples[r["run_id"], r["point"]] = r["samples_us"]
+    return samples
+
+
+def reading_intervals(measured: Path) -> dict[tuple, list[float]]:
+    """Per point (:func:`_key`) of a ``measured-*.jsonl``: ``[low, high]``, the 95 %
+    interval of its reading over its launches' calls
+    (:func:`~commbench.analysis.intervals.slowest_mean_interval`), where the raw samples
+    are there."""
+    samples = raw_samples(measured)
+    launches: dict[tuple, list] = {}
+    for line in measured.open() if samples else []:
+        rec = json.loads(line)
+        got = samples.get((rec["run_id"], rec["point"]))
+        if got is not None:
+            launches.setdefault(_key(rec), []).append(got)
+    out = {}
+    for key, got in launches.items():
+        interval = slowest_mean_interval(got)
+        if interval.known:
+            out[key] = [round(interval.low, 1), round(interval.high, 1)]
+    return out
+
+
+def with_intervals(rows: list[dict], folder: Path) -> list[dict]:
+    """``rows``, each without an ``interval_us`` given its reading's interval from the
+    raw samples of the run ``folder`` (:func:`reading_intervals`) where they are there."""
+    files: dict[Path, dict] = {}
+    out = []
+    for r in rows:
+        if not isinstance(r.get("interval_us"), list):
+            path = folder / f"measured-{r['shape']}-{r['queue']}-{r['collective']}.jsonl"
+            if path not in files:
+                files[path] = reading_intervals(path) if path.exists() else {}
+            workload = r["workload"] if isinstance(r["workload"], str) else None
+            got = files[path].get((r["collective"], workload, int(r["size"]), r["impl"]))
+            r = {**r, "interval_us": got} if got else r
+        out.append(r)
+    return out
+
+
 def late_report(folders: list[Path]) -> str:
     """Per launch of every point of the runs in ``folders`` on a lossy fabric (a shape's
     calibrated profile with a ``loss_timeout_us``): the share of its (rank, call) samples
@@ -511,13 +578,9 @@ def late_report(folders: list[Path]) -> str:
                 continue
             tag = path.stem.removeprefix("measured-").rsplit("-", 1)[0]  # SHAPE-QUEUE
             timeout = fabric_constants(folder / f"profile-{tag}.toml").get("loss_timeout_us")
-            raw = path.with_name(path.name[: -len(".jsonl")] + ".raw.jsonl")
-            if not timeout or not raw.exists():
+            samples = raw_samples(path) if timeout else {}
+            if not samples:
                 continue
-            samples = {}
-            for line in raw.open():
-                r = json.loads(line)
-                samples[r["run_id"], r["point"]] = r["samples_us"]
             seen: dict[tuple, int] = {}
             for line in path.open():
                 rec = json.loads(line)
@@ -561,6 +624,7 @@ def redrawn(path: Path, remodel_rows: bool, refit_first: bool, seed: int,
             except (UsageError, OSError, ValueError) as exc:
                 raise UsageError(f"--refit: {exc}") from None
         rows = remodel(rows, folder, seed, calls)
+    rows = with_intervals(rows, path.parent)
     saved = path.parent / "header.md"
     header = saved.read_text().strip() if saved.exists() else f"Measured in {path.parent}."
     if remodel_rows:
