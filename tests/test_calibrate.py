@@ -514,6 +514,7 @@ def test_passes_over_different_points_are_refused():
         (["--out", "{tmp}/p.toml", "--base", "nope"], "unknown system 'nope'"),
         (["--out", "{tmp}/p.toml", "--reps", "0"], "--reps must be at least 1"),
         (["--out", "{tmp}/p.toml", "--passes", "0"], "--passes must be at least 1"),
+        (["--out", "{tmp}/p.toml", "--loss-rounds", "0"], "--loss-rounds must be at least 1"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
@@ -522,6 +523,21 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, messag
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flow_control, rounds", [("lossy", 12), ("lossless", 3)])
+def test_a_lossy_fabric_s_flows_points_take_the_loss_rounds(tmp_path, flow_control, rounds):
+    """On a lossy fabric a flows round is late by a timeout or not, and the share late is
+    the chance the model charges: those points take ``--loss-rounds`` rounds a pass, the
+    others (and every point of a lossless fabric) ``--reps``."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    cal.add_arguments(p)
+    args = p.parse_args(["--out", str(tmp_path / "p.toml"), "--reps", "3", "--loss-rounds",
+                         "12", "--flow-control", flow_control])  # fmt: skip
+    _, opts = cal.check_arguments(args)
+    assert opts["reps"] == 3 and opts["flows_rounds"] == rounds
 
 
 def test_simulate_refuses_a_missing_profile_file(tmp_path, capsys):

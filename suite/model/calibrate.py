@@ -960,8 +960,8 @@ def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """One pass over the points that overflow ports: ``flows`` at each fabric size (k
     senders into every NIC), then ``incast`` (k = 1, 2, 4, ... senders into rank 0)."""
     p, g = comm.size, gpus_per_node
-    reps, ibytes = opts["reps"], opts["incast_bytes"]
-    points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, reps), reps)
+    reps, ibytes, rounds = opts["reps"], opts["incast_bytes"], opts["flows_rounds"]
+    points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, rounds), rounds)
               for size in fabric_sizes(opts["bytes"], opts["fabric_bytes"])
               for k in flow_counts(p - g, p // g)]  # fmt: skip
     remote = list(range(g, p))
@@ -1619,6 +1619,10 @@ def add_arguments(p) -> None:
     p.add_argument("--flow-control", choices=("lossless", "lossy"), default="lossless",
                    help="the fabric as it runs (default lossless); lossy: its flows points "
                    "give loss_timeout_us and loss_late and its cap comes from k = 1 alone")  # fmt: skip
+    p.add_argument("--loss-rounds", type=int, default=15,
+                   help="rounds per flows point and pass on a lossy fabric (15): each "
+                   "round a rank is late by a timeout or not, and the share late is the "
+                   "loss chance the model charges, so it takes more rounds than a time")  # fmt: skip
     p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
@@ -1656,9 +1660,11 @@ def check_arguments(args) -> tuple[dict, dict]:
         "reps": args.reps,
         "passes": args.passes,
         "stage_rounds": args.stage_rounds,
+        "loss_rounds": args.loss_rounds,
+        "flows_rounds": args.loss_rounds if args.flow_control == "lossy" else args.reps,
         "dtype": parse_dtype(args.datatype),
     }
-    for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds"):
+    for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds", "loss_rounds"):
         if opts[key] < 1:
             raise UsageError(f"--{key.replace('_', '-')} must be at least 1 (got {opts[key]})")
     return data, opts
@@ -1731,6 +1737,8 @@ def run_calibrate(args) -> int:
             return 0
         out = Path(args.out)
         what = f"each point the median of {opts['passes']} passes of {opts['reps']} rounds"
+        if args.flow_control == "lossy":
+            what += f" ({opts['flows_rounds']} for the flows points: their share of late ranks)"
         if args.update:
             data, rows, constants = refresh_steps(base, opts["old_points"], points, run,
                                                   out.stem, topo.gpus_per_node, topo.size)  # fmt: skip
