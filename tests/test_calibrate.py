@@ -1028,6 +1028,56 @@ def test_loss_on_a_lossy_fabric_costs_timeouts_by_the_late_share():
         lossy.with_(loss_late=((2, 1.5, 1 << 20),))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1e6), st.floats(0, 1)), min_size=1, max_size=9),
+    st.floats(1, 3e5),
+    st.integers(1, 12),
+)
+def test_the_expected_slowest_lies_between_the_slowest_base_and_every_rank_late(
+    ranks, late_us, calls
+):
+    """``E[max_r (base_r + late * S_r)]``: never below the slowest base, nor below any
+    rank's own expectation, nor above the slowest base plus ``late`` times the expected
+    largest share (:func:`late_share`), which it is where the bases are equal."""
+    base = np.array([b for b, _ in ranks])
+    chance = np.array([c for _, c in ranks])
+    got = fab.expected_slowest(base, chance, late_us, calls)
+    top = base.max() + late_us * fab.late_share(chance, calls)
+    assert base.max() - 1e-6 <= got <= top * (1 + 1e-9) + 1e-6
+    assert got >= (base + late_us * chance).max() * (1 - 1e-9) - 1e-6
+    same = fab.expected_slowest(np.full(base.size, 7.0), chance, late_us, calls)
+    assert same == pytest.approx(7.0 + late_us * fab.late_share(chance, calls), rel=1e-9)
+
+
+def test_the_expected_slowest_is_the_mean_of_drawn_calls():
+    rng = np.random.default_rng(11)
+    base = np.array([400.0, 150, 150, 150, 150, 150, 150, 150])
+    chance = np.full(8, 0.3)
+    late = rng.random((100_000, 8, 5)) < chance[:, None]
+    drawn = (base + 157 * late.mean(axis=2)).max(axis=1)
+    assert fab.expected_slowest(base, chance, 157, 5) == pytest.approx(drawn.mean(), rel=2e-3)
+
+
+def test_a_light_rank_s_timeout_hides_behind_a_heavy_receiver():
+    """Skew on a lossy fabric: every rank sends a little to each other, and ranks 0 and
+    1 much to each other, so they take longest anyway; a timeout on a light rank's flow
+    ends before them and adds only where it outlasts them. The call pays the expected
+    slowest rank, less than their time plus the late share of every rank (the charge
+    before 2026-12-05)."""
+    p = 8
+    skew = np.full((p, p), 1 << 18)
+    skew[0, 1] = skew[1, 0] = 16 << 20
+    np.fill_diagonal(skew, 0)
+    f = fabric(gpus_per_node=1, scaleup_GBps=math.inf, incast=0.0)
+    lossy = f.with_(loss_timeout_us=200_000.0, loss_late=((7, 0.2, 7 << 20),), calls_averaged=5)
+    src, dst = np.nonzero(skew)
+    chance = fab.late_chance(lossy, src, dst, skew[src, dst], p)
+    plain = a2a_model.fanout(skew, f).time_us
+    got = a2a_model.fanout(skew, lossy).time_us
+    assert plain < got < plain + 200_000.0 * fab.late_share(chance, 5)
+
+
 def test_a_nic_left_sending_alone_runs_at_its_own_rate():
     """Under a tail the rates of m NICs at once are ``stretch(m)`` slower; a NIC whose
     peers are done runs on at its own rate."""

@@ -511,24 +511,53 @@ def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     return ends
 
 
-def late_chance(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
-    """Per rank, the chance that a step's flows between nodes make it late by a
-    retransmission timeout on a lossy fabric: a NIC taking k >= 2 senders pays one with
-    ``loss_late``'s chance p at k and its bytes (every time where the fabric has no
-    ``loss_late``), and the flow it stalls, one of its k senders', makes both its ends
-    late: rank r is on time with ``(1 - p_r) * prod over the NICs d it sends to of (1 -
-    p_d / k_d)``. Loss-based TCP into a shallow port: every sender's window grows until
-    the port drops, and a drop the fast retransmit misses costs a timeout (200 ms at
-    least on Linux); one sender a port drops nothing it cannot recover at once."""
-    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+def port_chance(fabric: Fabric, dst, nb, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(chance, senders)`` per NIC of a step's flows between nodes on a lossy fabric: a
+    NIC taking k >= 2 senders pays a retransmission timeout with ``loss_late``'s chance
+    at k and its bytes (every time where the fabric has no ``loss_late``), stalling one
+    of its k senders' flows. Loss-based TCP into a shallow port: every sender's window
+    grows until the port drops, and a drop the fast retransmit misses costs a timeout
+    (200 ms at least on Linux); one sender a port drops nothing it cannot recover at
+    once."""
+    dst = np.asarray(dst, np.int64)
     senders = np.bincount(dst, minlength=p)
     into = np.bincount(dst, np.asarray(nb, dtype=np.float64), p)
     chance = np.zeros(p)
     for d in np.flatnonzero(senders >= 2):
         chance[d] = _read(fabric._late, senders[d], into[d]) if fabric.loss_late else 1.0
+    return chance, senders
+
+
+def late_chance(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
+    """Per rank, the chance that a step's flows between nodes make it late by a
+    retransmission timeout on a lossy fabric (:func:`port_chance`): the flow a NIC
+    stalls makes both its ends late, so rank r is on time with ``(1 - p_r) * prod over
+    the NICs d it sends to of (1 - p_d / k_d)``."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    chance, senders = port_chance(fabric, dst, nb, p)
     on_time = 1.0 - chance
     np.multiply.at(on_time, src, 1.0 - chance[dst] / np.maximum(senders[dst], 1))
     return 1.0 - on_time
+
+
+def late_by(fabric: Fabric, src, dst, nb, end_us, base_us) -> np.ndarray:
+    """Per rank, what a timeout adds to its time in a step where it pays one: the flow
+    stalled (one of its NIC's k senders', or its own into a NIC it sends to, each as
+    likely as :func:`late_chance` has it) ends ``loss_timeout_us`` after its own end
+    (``end_us``, per flow), which adds only as far as that outlasts the rank's other
+    flows (``base_us``, per rank): a whole timeout where the flows end together (a
+    uniform call), less where the rank waits for a heavier flow anyway."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    base = np.asarray(base_us, dtype=np.float64)
+    p = base.size
+    chance, senders = port_chance(fabric, dst, nb, p)
+    weight = chance[dst] / np.maximum(senders[dst], 1)  # the chance this flow is stalled
+    added, weights = np.zeros(p), np.zeros(p)
+    for ends in (src, dst):
+        gain = np.maximum(np.asarray(end_us) + fabric.loss_timeout_us - base[ends], 0.0)
+        np.add.at(added, ends, weight * gain)
+        np.add.at(weights, ends, weight)
+    return np.divide(added, weights, out=np.zeros(p), where=weights > 0)
 
 
 def late_share(chance, calls: int) -> float:
@@ -545,6 +574,33 @@ def late_share(chance, calls: int) -> float:
     pmf = ways * q[:, None] ** c * (1 - q[:, None]) ** (calls - c)  # rank x late calls
     at_most = np.prod(np.cumsum(pmf, axis=1), axis=0)  # P(no rank late in more than c)
     return float((1.0 - at_most[:-1]).sum() / calls)
+
+
+def expected_slowest(base_us, chance, late_us, calls: int) -> float:
+    """The expected slowest rank's mean over ``calls`` calls where rank r takes
+    ``base_us[r]`` and, in each call, ``late_us`` more (one number, or one per rank) with
+    its ``chance``, independently: ``E[max_r (base_r + late_r * S_r)]``, ``S_r`` the
+    share of the calls rank r is late in. With equal bases and lateness it is the base
+    plus the lateness times :func:`late_share`; where some ranks take longer anyway, a
+    lighter rank's timeout hides behind them as far as it ends before them."""
+    base = np.asarray(base_us, dtype=np.float64)
+    by = np.broadcast_to(np.asarray(late_us, dtype=np.float64), base.shape)
+    q = np.where(by > 0, np.clip(np.asarray(chance, dtype=np.float64), 0.0, 1.0), 0.0)
+    top = float(base.max())
+    if not (q > 0).any():
+        return top
+    c = np.arange(calls + 1)
+    ways = np.array([math.comb(calls, k) for k in c], dtype=np.float64)
+    cdf = np.cumsum(ways * q[:, None] ** c * (1 - q[:, None]) ** (calls - c), axis=1)
+    cdf[:, -1] = 1.0
+    steps = (base[:, None] + by[:, None] * c / calls).ravel()  # where a rank's time can be
+    xs = np.unique(steps[steps >= top])
+    # at each x, P(every rank within x): a rank within x is late in at most k calls
+    unit = np.where(by > 0, by, 1.0) / calls
+    k = np.floor((xs[:, None] - base[None, :]) / unit[None, :] + 1e-9).astype(np.int64)
+    within = np.where(k >= calls, 1.0, cdf[np.arange(base.size), np.clip(k, 0, calls)])
+    below = within.prod(axis=1)
+    return top + float(((1.0 - below[:-1]) * np.diff(xs)).sum())
 
 
 def _equal_shares(limits: np.ndarray, total: float) -> np.ndarray:
@@ -606,12 +662,16 @@ def _tier(
         duration = np.maximum(duration, ends[at])
     if nic and math.isfinite(fabric.exchange_GBps):
         duration = np.maximum(duration, exchange_time_us(fabric, src, dst, nb, p))
-    if timeouts:
-        chance = late_chance(fabric, src, dst, nb, p)
-        late = fabric.loss_timeout_us * late_share(chance, fabric.calls_averaged)
-        duration = duration + np.where((chance[src] > 0) | (chance[dst] > 0), late, 0.0)
     if not nic and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
         duration = np.maximum(duration, nb / (fabric.scaleup_peer_GBps * _BYTES_PER_US))
     end = np.maximum(post[src], post[dst]) + alpha + duration
     np.maximum.at(finish, src, end)
     np.maximum.at(finish, dst, end)
+    if timeouts:
+        chance = late_chance(fabric, src, dst, nb, p)
+        late = chance > 0
+        if late.any():  # the ranks that may pay shift alike, so the slowest is expected
+            by = late_by(fabric, src, dst, nb, end, finish)
+            calls = fabric.calls_averaged
+            shift = expected_slowest(finish, chance, by, calls) - finish[late].max()
+            finish[late] += min(shift, fabric.loss_timeout_us * late_share(chance, calls))
