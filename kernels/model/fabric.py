@@ -528,29 +528,30 @@ def port_chance(fabric: Fabric, dst, nb, p: int) -> tuple[np.ndarray, np.ndarray
     return chance, senders
 
 
-def late_chance(fabric: Fabric, src, dst, nb, p: int) -> np.ndarray:
+def late_chance(fabric: Fabric, src, dst, nb, p: int, ports=None) -> np.ndarray:
     """Per rank, the chance that a step's flows between nodes make it late by a
-    retransmission timeout on a lossy fabric (:func:`port_chance`): the flow a NIC
-    stalls makes both its ends late, so rank r is on time with ``(1 - p_r) * prod over
-    the NICs d it sends to of (1 - p_d / k_d)``."""
+    retransmission timeout on a lossy fabric (``ports``: :func:`port_chance`'s, computed
+    here where not given): the flow a NIC stalls makes both its ends late, so rank r is
+    on time with ``(1 - p_r) * prod over the NICs d it sends to of (1 - p_d / k_d)``."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    chance, senders = port_chance(fabric, dst, nb, p)
+    chance, senders = ports if ports is not None else port_chance(fabric, dst, nb, p)
     on_time = 1.0 - chance
     np.multiply.at(on_time, src, 1.0 - chance[dst] / np.maximum(senders[dst], 1))
     return 1.0 - on_time
 
 
-def late_by(fabric: Fabric, src, dst, nb, end_us, base_us) -> np.ndarray:
+def late_by(fabric: Fabric, src, dst, end_us, base_us, ports) -> np.ndarray:
     """Per rank, what a timeout adds to its time in a step where it pays one: the flow
     stalled (one of its NIC's k senders', or its own into a NIC it sends to, each as
-    likely as :func:`late_chance` has it) ends ``loss_timeout_us`` after its own end
-    (``end_us``, per flow), which adds only as far as that outlasts the rank's other
-    flows (``base_us``, per rank): a whole timeout where the flows end together (a
-    uniform call), less where the rank waits for a heavier flow anyway."""
+    likely as :func:`late_chance` has it from ``ports``, :func:`port_chance`'s) ends
+    ``loss_timeout_us`` after its own end (``end_us``, per flow), which adds only as far
+    as that outlasts the rank's other flows (``base_us``, per rank): a whole timeout
+    where the flows end together (a uniform call), less where the rank waits for a
+    heavier flow anyway."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     base = np.asarray(base_us, dtype=np.float64)
     p = base.size
-    chance, senders = port_chance(fabric, dst, nb, p)
+    chance, senders = ports
     weight = chance[dst] / np.maximum(senders[dst], 1)  # the chance this flow is stalled
     added, weights = np.zeros(p), np.zeros(p)
     for ends in (src, dst):
@@ -668,10 +669,11 @@ def _tier(
     np.maximum.at(finish, src, end)
     np.maximum.at(finish, dst, end)
     if timeouts:
-        chance = late_chance(fabric, src, dst, nb, p)
+        ports = port_chance(fabric, dst, nb, p)
+        chance = late_chance(fabric, src, dst, nb, p, ports)
         late = chance > 0
         if late.any():  # the ranks that may pay shift alike, so the slowest is expected
-            by = late_by(fabric, src, dst, nb, end, finish)
+            by = late_by(fabric, src, dst, end, finish, ports)
             calls = fabric.calls_averaged
             shift = expected_slowest(finish, chance, by, calls) - finish[late].max()
             finish[late] += min(shift, fabric.loss_timeout_us * late_share(chance, calls))
