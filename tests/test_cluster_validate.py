@@ -249,6 +249,15 @@ def test_a_bad_tcp_congestion_is_refused_before_any_cluster(tmp_path, capsys):
     assert err.startswith("validate: error: bad --tcp-congestion 'bbr;'") and not out.exists()
 
 
+def test_a_bad_lossy_fabric_size_is_refused_before_any_cluster(tmp_path, capsys):
+    out = tmp_path / "never"
+    argv = ["--a2a-shapes", "4x2", "--ar-shapes", "", "--queues", "shallow",
+            "--lossy-fabric-bytes", "512K,4Q", "--out", str(out)]  # fmt: skip
+    assert validate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("validate: error: ") and "4Q" in err and not out.exists()
+
+
 def test_the_table_shows_how_far_apart_a_point_s_launches_are():
     """No cluster: a point measured in two launches keeps both; the table gives their
     spread, and says how many points' launches are further apart than the band is wide."""

@@ -13,7 +13,9 @@ from commbench.kernels.model import Fabric, flows
 from commbench.kernels.model import alltoallv as a2a_model
 from commbench.kernels.model.fabric import step_finish
 from commbench.kernels.model.flows import (
+    expected_joins,
     fair_rates,
+    join_events,
     oldest_half_weights,
     one_loss_median,
     permutation_steps,
@@ -153,6 +155,67 @@ def test_a_loss_on_a_flow_with_slack_hides_behind_the_heavy_one():
     late = np.zeros(nb.shape)
     late[0, 0] = TIMEOUT  # the heavy flow itself: the whole timeout shows
     assert permutation_steps(fab, shifts, nb, late).max() >= base.max() + 0.99 * TIMEOUT
+
+
+def _lossy(chances: dict[int, float], calls: int = 1) -> Fabric:
+    """A lossy fabric whose port of two senders pays a timeout with ``chances[bytes]``."""
+    late = tuple((2, c, b) for b, c in sorted(chances.items()))
+    return fabric(nic_send_buffer_bytes=8_000.0, loss_timeout_us=TIMEOUT, loss_late=late,
+                  calls_averaged=calls)  # fmt: skip
+
+
+def test_a_join_reads_the_two_senders_chance_at_both_flows_bytes():
+    """Every receiver of a uniform spread-out (one rank a node) takes a flow in each of
+    its 3 steps: steps 1 and 2 join a port still taking the step before's, each read at
+    k = 2 and the two flows' bytes (log-interpolated between the measured sizes)."""
+    p, m = 4, 50_000
+    fab = _lossy({50_000: 0.01, 200_000: 0.09})
+    events = join_events(fab, _shifts(p), np.full((p - 1, p), float(m)))
+    assert len(events) == p * (p - 2)
+    assert {k for k, _, _ in events} == {1, 2}
+    assert all(c == pytest.approx(0.05) for *_, c in events)  # 100 KB: halfway on a log axis
+    nb = np.full((p - 1, p), float(m))
+    nb[:, 0] = 0.0  # rank 0 sends nothing: no join before or after its flows' places
+    events = join_events(fab, _shifts(p), nb)
+    assert sorted((k, s) for k, s, _ in events) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+
+
+@settings(max_examples=15, deadline=None)
+@given(chance=st.floats(0.0, 0.5), calls=st.integers(1, 5))
+def test_joins_cost_their_chance_of_a_timeout_each(chance, calls):
+    """The expected slowest rank lies between the lossless call plus the largest rank's
+    expected extra (the slowest is never faster than a rank's mean) and the call with
+    every join paid; no chance, no cost."""
+    p, m = 4, 50_000.0
+    nb = np.full((p - 1, p), m)
+    fab = _lossy({1: chance}, calls)
+    base = permutation_steps(fab, _shifts(p), nb)
+    finish, runs = expected_joins(fab, _shifts(p), nb)
+    assert runs == (p * (p - 2) if chance > 0 else 0)
+    every = base.max() + runs * TIMEOUT
+    expected_extra = chance * TIMEOUT * 0.9  # a join on the critical path adds ~one timeout
+    assert base.max() + expected_extra <= finish.max() + 1e-6
+    assert finish.max() <= every + 1e-6
+    if chance == 0:
+        assert finish == pytest.approx(base)
+
+
+def test_joins_drawn_over_more_calls_cost_less_than_one_call():
+    """The slowest rank's mean over m calls: a rank unlucky in one call is less likely to be
+    unlucky in most of five, so the reading's expected cost falls toward the mean."""
+    p, nb = 4, np.full((3, 4), 50_000.0)
+    one = expected_joins(_lossy({1: 0.05}, 1), _shifts(p), nb)[0].max()
+    five = expected_joins(_lossy({1: 0.05}, 5), _shifts(p), nb)[0].max()
+    base = permutation_steps(_lossy({1: 0.05}), _shifts(p), nb).max()
+    assert base < five < one
+
+
+def test_spreadout_takes_the_joins_where_a_chance_is_measured():
+    traffic = np.full((4, 4), 50_000, dtype=np.int64)
+    pred = a2a_model.spreadout(traffic, _lossy({1: 0.05}))
+    assert pred.info["loss_positions"] == 8  # the joins, not every flow (12)
+    plain = a2a_model.spreadout(traffic, _lossy({1: 0.05}).with_(loss_late=()))
+    assert plain.info["loss_positions"] == 12
 
 
 def test_loss_positions_are_capped_evenly(monkeypatch):

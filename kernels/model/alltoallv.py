@@ -42,7 +42,7 @@ import numpy as np
 
 from commbench.kernels.fast.scheduler import BALANCE_MODES, PHASES
 from commbench.kernels.model.fabric import Fabric, step_finish
-from commbench.kernels.model.flows import one_loss_median, permutation_steps
+from commbench.kernels.model.flows import expected_joins, one_loss_median, permutation_steps
 
 
 @dataclass
@@ -246,7 +246,10 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     """Shifted round-robin: step k sends to ``(r + k) mod P``. Where the fabric's sends
     return with bytes still on their way (``nic_send_buffer_bytes``), flow by flow
     (:func:`~commbench.kernels.model.flows.permutation_steps`; on a lossy fabric the
-    median call over where its one loss falls,
+    expected slowest rank over the timeouts its flows joining busy ports pay, each with
+    the measured chance of a port taking two senders,
+    :func:`~commbench.kernels.model.flows.expected_joins`, or, where no chance is
+    measured, the median call over where its one loss falls,
     :func:`~commbench.kernels.model.flows.one_loss_median`), else step by step."""
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
@@ -255,7 +258,8 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     if fabric.nic_send_buffer_bytes > 0 and p > 1:
         nb = d[ranks[None, :], shifts]
         if fabric.loss_timeout_us > 0:
-            ready, runs = one_loss_median(fabric, shifts, nb)
+            lossy = expected_joins if fabric.loss_late else one_loss_median
+            ready, runs = lossy(fabric, shifts, nb)
             info.update(loss_positions=runs)
         else:
             ready = permutation_steps(fabric, shifts, nb)

@@ -319,6 +319,15 @@ class Fabric:
         per_doubling = _read(self._tails, flows_per_nic, nic_bytes)
         return per_doubling ** np.log2(np.maximum(nics, 1.0))
 
+    def loss_chance(self, senders, port_bytes) -> float | np.ndarray:
+        """The chance that a NIC taking ``senders`` at once, ``port_bytes`` in all, pays a
+        retransmission timeout (``loss_late``, read as :meth:`cap_GBps` reads its curves:
+        flat below the smallest size measured); 1 where the fabric has no ``loss_late``
+        (every such port pays one)."""
+        if not self.loss_late:
+            return 1.0 if np.ndim(port_bytes) == 0 else np.ones(np.shape(port_bytes))
+        return _read(self._late, senders, port_bytes)
+
     def wire_time_us(
         self, nbytes, concurrent=1, nic_bytes=None, message_bytes=None
     ) -> np.ndarray | float:
@@ -524,7 +533,7 @@ def port_chance(fabric: Fabric, dst, nb, p: int) -> tuple[np.ndarray, np.ndarray
     into = np.bincount(dst, np.asarray(nb, dtype=np.float64), p)
     chance = np.zeros(p)
     for d in np.flatnonzero(senders >= 2):
-        chance[d] = _read(fabric._late, senders[d], into[d]) if fabric.loss_late else 1.0
+        chance[d] = fabric.loss_chance(senders[d], into[d])
     return chance, senders
 
 

@@ -283,9 +283,10 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
     netns.up(spec, folder)
     mine: list[dict] = []
     flow = "lossy" if queue == "shallow" else "lossless"
+    sizes_given = args.lossy_fabric_bytes if flow == "lossy" else args.fabric_bytes
     try:
         profile = calibrate(args.prefix, args.out / f"profile-{tag}.toml", flow, args.passes,
-                            args.timeout, args.fabric_bytes)  # fmt: skip
+                            args.timeout, sizes_given)  # fmt: skip
         for collective, impls, sizes, workloads in jobs:
             out = args.out / f"measured-{tag}-{collective}.jsonl"
             pool = args.pool_steps and collective == "allreduce"
@@ -319,7 +320,7 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
             mine += rows
         try:  # again, after the measurements: how far the machine moved meanwhile
             after = calibrate(args.prefix, args.out / f"profile-{tag}-after.toml", flow,
-                              args.passes, args.timeout, args.fabric_bytes)  # fmt: skip
+                              args.passes, args.timeout, sizes_given)  # fmt: skip
             moved = drift(fabric_constants(profile), fabric_constants(after))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the rows are kept
             print(f"  {tag}: the second calibration failed, no drift: {exc}", flush=True)
@@ -659,7 +660,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="interleaved launches per point")
     p.add_argument("--passes", type=int, default=3, help="calibrate's passes (default 3)")
     p.add_argument("--fabric-bytes", default="4M",
-                   help="calibrate's --fabric-bytes (default 4M): its fabric points' sizes")  # fmt: skip
+                   help="calibrate's --fabric-bytes on the deep queue (default 4M): its "
+                   "fabric points' sizes")  # fmt: skip
+    p.add_argument("--lossy-fabric-bytes", default="512K,4M",
+                   help="the same on the shallow (lossy) queue (default 512K,4M): a port's "
+                   "chance of a timeout grows with its bytes and is read flat below the "
+                   "smallest size, where fan-out's ports on 2x4 at 1 MiB a rank and "
+                   "spread-out's joins take 512 KiB or less")  # fmt: skip
     p.add_argument("--late", action="store_true",
                    help="with --tables: also each launch's share of (rank, call) samples a "
                         "timeout made late, from the run's raw samples")  # fmt: skip
@@ -713,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         a2a_shapes, ar_shapes = parse_shapes(args.a2a_shapes), parse_shapes(args.ar_shapes)
         a2a_sizes = [parse_size(s) for s in args.a2a_sizes.split(",") if s]
         ar_sizes = [parse_size(s) for s in args.ar_sizes.split(",") if s]
-        for size in args.fabric_bytes.split(","):
+        for size in f"{args.fabric_bytes},{args.lossy_fabric_bytes}".split(","):
             parse_size(size)  # refused here, not after a cluster is up
         queues = [q for q in args.queues.split(",") if q]
         bad = [q for q in queues if q not in QUEUES]
