@@ -210,6 +210,18 @@ def test_joins_drawn_over_more_calls_cost_less_than_one_call():
     assert base < five < one
 
 
+def test_joins_are_capped_evenly_and_drawn_in_chunks(monkeypatch):
+    """Past ``LOSS_POSITIONS`` joins, evenly spaced ones stand for the rest (their chance
+    scaled by the share); the draws go in chunks, with the same result."""
+    p, nb = 4, np.full((3, 4), 50_000.0)
+    whole = expected_joins(_lossy({1: 0.05}, 5), _shifts(p), nb)[0]
+    monkeypatch.setattr(flows, "_DRAW_CELLS", 7)
+    assert expected_joins(_lossy({1: 0.05}, 5), _shifts(p), nb)[0] == pytest.approx(whole)
+    monkeypatch.setattr(flows, "LOSS_POSITIONS", 4)
+    finish, runs = expected_joins(_lossy({1: 0.05}, 5), _shifts(p), nb)
+    assert runs == 4 and finish.max() > permutation_steps(_lossy({1: 0.05}), _shifts(p), nb).max()
+
+
 def test_spreadout_takes_the_joins_where_a_chance_is_measured():
     traffic = np.full((4, 4), 50_000, dtype=np.int64)
     pred = a2a_model.spreadout(traffic, _lossy({1: 0.05}))

@@ -151,6 +151,8 @@ def one_loss_median(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tupl
 #: draws of a call's joins :func:`expected_joins` averages over (seeded: the model
 #: gives one number; its draw-to-draw error is under 1 % of a timeout's cost)
 JOIN_DRAWS = 4000
+#: the most (draw, call, join) cells :func:`expected_joins` holds at once
+_DRAW_CELLS = 1 << 21
 
 
 def join_events(
@@ -209,9 +211,14 @@ def expected_joins(fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray) -> tuple
         chance[j] = min(c * share, 1.0)
     rng = np.random.default_rng(0)
     calls = fabric.calls_averaged
-    paid = rng.random((JOIN_DRAWS, calls, len(picked))) < chance  # draw x call x join
-    mean_over_calls = base + (paid.astype(np.float64) @ added).mean(axis=1)  # draw x rank
-    slowest = float(mean_over_calls.max(axis=1).mean())
+    per_chunk = max(1, _DRAW_CELLS // (calls * len(picked)))  # bounded memory at any -n
+    total = 0.0
+    for start in range(0, JOIN_DRAWS, per_chunk):
+        n = min(per_chunk, JOIN_DRAWS - start)
+        paid = rng.random((n, calls, len(picked))) < chance  # draw x call x join
+        mean_over_calls = base + (paid.astype(np.float64) @ added).mean(axis=1)  # draw x rank
+        total += float(mean_over_calls.max(axis=1).sum())
+    slowest = total / JOIN_DRAWS
     finish = base + chance @ added  # each rank's expected time
     hit = added.any(axis=0)  # the ranks a timeout can reach shift alike to the slowest's
     finish[hit] += max(slowest - float(finish.max()), 0.0)
