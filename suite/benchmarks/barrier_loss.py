@@ -5,7 +5,11 @@ from its ``flows`` rounds, each started after a barrier whose waiting ranks slee
 that idle ranks leave the shared cores to the measured ones). The harness's timed loop
 (``--timing latency``) starts each call after ``MPI_Barrier``, whose waiting ranks spin
 in the MPI library; and a fan-out sends its bytes in P - 1 messages, not in the k
-flows of the calibration. This probe runs both patterns after both barriers, in turn
+flows of the calibration, posted by ascending rank, so that every rank's first message
+goes to the same rank (on the emulated 4x2 at 1 MiB a rank: ascending 0.24-0.35 of
+samples late, the same messages posted from the rank's next 0.20-0.26, and the
+``flows`` pattern at the fan-out's 768 KiB a port 0.22-0.30). This probe runs the three
+patterns after both barriers, in turn
 (:func:`pattern_rounds`): every rank's time in each round, and the rounds a timeout made
 late (:func:`late_counts`, the excesses over the median split where they stand apart as
 calibrate splits them). Printed per pattern and barrier: the median round, the share of
@@ -30,7 +34,7 @@ from commbench.model.calibrate import flow_peers, rank_rounds, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbq"
-PATTERNS = ("flows", "fanout")
+PATTERNS = ("flows", "fanout", "rotated")
 BARRIERS = ("quiet", "spin")
 
 
@@ -50,8 +54,11 @@ def late_counts(every_ms) -> tuple[float, float]:
 def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str):
     """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds) of ``pattern``:
     ``flows``, calibrate's (``nbytes`` split over the P - G ranks of other nodes,
-    :func:`~commbench.model.calibrate.flow_peers`), or ``fanout`` (``nbytes / P`` to
-    every other rank, its node's too), receives posted first; each round after
+    :func:`~commbench.model.calibrate.flow_peers`), ``fanout`` (``nbytes / P`` to
+    every other rank, its node's too, posted by ascending rank as the harness's
+    ``fanout`` posts them: every rank's first message goes to rank 0 or 1) or
+    ``rotated`` (the same messages posted from the rank's next, ``rank + 1``, round),
+    receives posted first; each round after
     calibrate's sleeping barrier (``quiet``) or ``MPI_Barrier`` (``spin``). Collective."""
     from mpi4py import MPI
 
@@ -63,6 +70,9 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
         part = max(nbytes // k, 1)
     else:
         to = frm = [r for r in range(p) if r != rank]
+        if pattern == "rotated":
+            to = [(rank + j) % p for j in range(1, p)]
+            frm = [(rank - j) % p for j in range(1, p)]
         part = max(nbytes // p, 1)
     send, recv = np.ones(part, np.uint8), np.empty((len(frm), part), np.uint8)
 
