@@ -174,7 +174,7 @@ def join_events(
     events = []
     for k, r in np.argwhere(cross_in[1:] & cross_in[:-1]):
         chance = float(fabric.loss_chance(2, size_in[k, r] + size_in[k + 1, r]))
-        events.append((int(k) + 1, int(src[k + 1, r]), min(chance, 1.0)))
+        events.append((int(k) + 1, int(src[k + 1, r]), chance))
     return events
 
 
