@@ -16,17 +16,30 @@ def test_the_samples_and_rounds_a_timeout_made_late_are_counted() -> None:
     every[1, 4] += 180  # three samples in two rounds paid a timeout
     every[5, 4] += 175
     every[2, 20] += 190
-    late, rounds = barrier_loss.late_counts(every)
+    late, rounds, by_rank = barrier_loss.late_counts(every)
     assert late == pytest.approx(3 / 240) and rounds == pytest.approx(2 / 30)
-    assert barrier_loss.late_counts(99 + rng.normal(0, 1, (8, 30))) == (0.0, 0.0)
+    assert by_rank.tolist() == pytest.approx([0, 1 / 30, 1 / 30, 0, 0, 1 / 30, 0, 0])
+    none = barrier_loss.late_counts(99 + rng.normal(0, 1, (8, 30)))
+    assert none[:2] == (0.0, 0.0) and not none[2].any()
     line = barrier_loss.report("fanout", "spin", 1, every, 1 << 20)
     assert "fanout after a spin  barrier, trial 1: 1M a rank" in line
-    assert "0.013 of 240 samples, 0.07 of rounds" in line
+    assert "0.013 of 240 samples (by rank 0.00 0.03 0.03 0.00 0.00 0.03 0.00 0.00), 0.07 of rounds" in line
+
+
+def test_an_incast_round_is_read_at_its_receiver() -> None:
+    every = np.full((4, 8), 50.0)  # round i's receiver is rank i mod 4
+    every[np.arange(8) % 4, np.arange(8)] = 99.0
+    every[2, 6] += 200  # its receiver paid a timeout
+    every[1, 6] += 400  # a sender's own time is not the port's
+    assert barrier_loss.receivers(every).tolist() == [[99.0] * 6 + [299.0, 99.0]]
+    line = barrier_loss.report("incast", "spin", 0, every, 1 << 20)
+    assert "late by a timeout: 0.125 of 8 samples" in line
 
 
 @pytest.mark.parametrize("argv, says", [(["--rounds", "1"], "--rounds must be at least 2"),
                                         (["--bytes", "1Q"], "--bytes '1Q'"),
-                                        (["--nodes", "1"], "--nodes must be at least 2")])  # fmt: skip
+                                        (["--nodes", "1"], "--nodes must be at least 2"),
+                                        (["--patterns", "fanout,ring"], "each one of flows")])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
     assert says in refusal(barrier_loss.main, argv, capsys)
 

@@ -8,11 +8,14 @@ in the MPI library; and a fan-out sends its bytes in P - 1 messages, not in the 
 flows of the calibration, posted by ascending rank, so that every rank's first message
 goes to the same rank (on the emulated 4x2 at 1 MiB a rank: ascending 0.24-0.35 of
 samples late, the same messages posted from the rank's next 0.20-0.26, and the
-``flows`` pattern at the fan-out's 768 KiB a port 0.22-0.30). This probe runs the three
+``flows`` pattern at the fan-out's 768 KiB a port 0.22-0.30). This probe runs the
 patterns after both barriers, in turn
 (:func:`pattern_rounds`): every rank's time in each round, and the rounds a timeout made
 late (:func:`late_counts`, the excesses over the median split where they stand apart as
-calibrate splits them). Printed per pattern and barrier: the median round, the share of
+calibrate splits them; each rank's share too); and the ``incast`` pattern, the fan-out's burst alone (the
+ranks of other nodes each sending one fan-out message into one port at once), whose
+receiver's late rounds are a port's chance of a timeout in that burst. Printed per
+pattern and barrier: the median round, the share of
 (rank, round) samples late, and the share of rounds with a late rank.
 
     python -m commbench.benchmarks.barrier_loss [--nodes 4] [--ranks-per-node 2]
@@ -34,21 +37,22 @@ from commbench.model.calibrate import flow_peers, rank_rounds, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbq"
-PATTERNS = ("flows", "fanout", "rotated")
+PATTERNS = ("flows", "fanout", "rotated", "incast")
 BARRIERS = ("quiet", "spin")
 
 
-def late_counts(every_ms) -> tuple[float, float]:
-    """``(late samples, rounds with a late rank)`` of a ranks x rounds array of times:
-    a sample is late where its excess over the median stands apart with the others'
-    (:func:`~commbench.model.calibrate.split_late`); none where none does."""
+def late_counts(every_ms) -> tuple[float, float, np.ndarray]:
+    """``(late samples, rounds with a late rank, each rank's late rounds)`` (shares) of a
+    ranks x rounds array of times: a sample is late where its excess over the median
+    stands apart with the others' (:func:`~commbench.model.calibrate.split_late`); none
+    where none does."""
     t = np.asarray(every_ms, dtype=np.float64)
     excess = t - np.median(t)
     split = split_late(excess.ravel())
     if split is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, np.zeros(t.shape[0])
     late = excess > split[0]
-    return float(late.mean()), float(late.any(axis=0).mean())
+    return float(late.mean()), float(late.any(axis=0).mean()), late.mean(axis=1)
 
 
 def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str):
@@ -58,12 +62,33 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
     every other rank, its node's too, posted by ascending rank as the harness's
     ``fanout`` posts them: every rank's first message goes to rank 0 or 1) or
     ``rotated`` (the same messages posted from the rank's next, ``rank + 1``, round),
-    receives posted first; each round after
+    or ``incast`` (the ranks of other nodes each send ``nbytes / P``, a fan-out's
+    message, to one rank, a fan-out's burst into one port at its start; the rank
+    taking them is round ``i``'s ``i mod P``, the others idle), receives posted first;
+    each round after
     calibrate's sleeping barrier (``quiet``) or ``MPI_Barrier`` (``spin``). Collective."""
     from mpi4py import MPI
 
     p, rank = comm.size, comm.rank
     nodes, k = p // g, p - g
+    turn = [0]  # the incast round's receiver
+    if pattern == "incast":
+        part = max(nbytes // p, 1)
+        send, recv = np.ones(part, np.uint8), np.empty((p, part), np.uint8)
+
+        def body() -> None:
+            target = turn[0] % p
+            turn[0] += 1
+            if rank == target:
+                reqs = [comm.Irecv(recv[s], source=s, tag=14) for s in range(p)
+                        if s // g != target // g]  # fmt: skip
+                MPI.Request.Waitall(reqs)
+            elif rank // g != target // g:
+                comm.Send(send, dest=target, tag=14)
+
+        body()  # the connections into rank 0, warm
+        turn[0] = 0
+        return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
     if pattern == "flows":
         to = flow_peers(rank, nodes, g, k)
         frm = [r for r in range(p) if rank in flow_peers(r, nodes, g, k)]
@@ -85,11 +110,23 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
     return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
 
 
+def receivers(every_ms) -> np.ndarray:
+    """An ``incast`` pattern's times of the rank that took each round's incast (round
+    ``i``'s rank ``i mod P``), one row."""
+    t = np.asarray(every_ms, dtype=np.float64)
+    return t[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])][None, :]
+
+
 def report(pattern: str, barrier: str, trial: int, every_ms, nbytes: int) -> str:
-    late, rounds = late_counts(every_ms)
+    """One line: for ``incast`` the receivers' rounds alone (:func:`receivers`), a
+    port's chance."""
+    if pattern == "incast":
+        every_ms = receivers(every_ms)
+    late, rounds, by_rank = late_counts(every_ms)
+    ranks = "" if by_rank.size < 2 else " (by rank " + " ".join(f"{x:.2f}" for x in by_rank) + ")"
     return (f"{pattern:6s} after a {barrier:5s} barrier, trial {trial}: {format_size(nbytes)} a "
             f"rank, median {np.median(every_ms):7.1f} ms; late by a timeout: {late:.3f} of "
-            f"{np.size(every_ms)} samples, {rounds:.2f} of rounds")  # fmt: skip
+            f"{np.size(every_ms)} samples{ranks}, {rounds:.2f} of rounds")  # fmt: skip
 
 
 def worker(args) -> int:
@@ -104,7 +141,7 @@ def worker(args) -> int:
         print(f"# {comm.size} ranks ({g} a node), {args.rounds} rounds a pattern, barrier "
               f"and trial", flush=True)  # fmt: skip
     for trial in range(args.trials):
-        for pattern in PATTERNS:
+        for pattern in args.patterns:
             for barrier in BARRIERS:
                 every = pattern_rounds(comm, g, pattern, args.bytes, args.rounds, barrier) * 1e3
                 if comm.rank == 0:
@@ -119,11 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", default="1M", help="bytes a rank sends a round (1M)")
     parser.add_argument("--rounds", type=int, default=30, help="rounds per pattern and barrier")
     parser.add_argument("--trials", type=int, default=2, help="passes over the list (2)")
+    parser.add_argument("--patterns", default=",".join(PATTERNS),
+                        help=f"patterns to run, comma-separated ({','.join(PATTERNS)})")
     args = parser.parse_args(argv)
     try:
         args.bytes = parse_size(args.bytes)
     except (ValueError, UsageError) as exc:
         parser.error(f"--bytes {args.bytes!r}: {exc}")
+    args.patterns = [x for x in args.patterns.split(",") if x]
+    if not args.patterns or set(args.patterns) - set(PATTERNS):
+        parser.error(f"--patterns {','.join(args.patterns)!r}: each one of {', '.join(PATTERNS)}")
     if args.rounds < 2 or args.trials < 1 or args.bytes < 1:
         parser.error("--rounds must be at least 2, --trials and --bytes at least 1")
     if args.nodes < 2 or args.ranks_per_node < 1:
@@ -132,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser, args, worker,
         lambda: owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
                                         "target-shallow"),
-        ("ranks_per_node", "bytes", "rounds", "trials"),
+        ("ranks_per_node", "bytes", "rounds", "trials", "patterns"),
     )  # fmt: skip
 
 
