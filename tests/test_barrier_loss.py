@@ -23,7 +23,10 @@ def test_the_samples_and_rounds_a_timeout_made_late_are_counted() -> None:
     assert none[:2] == (0.0, 0.0) and not none[2].any()
     line = barrier_loss.report("fanout", "spin", 1, every, 1 << 20)
     assert "fanout after a spin  barrier, trial 1: 1M a rank" in line
-    assert "0.013 of 240 samples (by rank 0.00 0.03 0.03 0.00 0.00 0.03 0.00 0.00), 0.07 of rounds" in line
+    assert (
+        "0.013 of 240 samples (by rank 0.00 0.03 0.03 0.00 0.00 0.03 0.00 0.00), 0.07 of rounds"
+        in line
+    )
 
 
 def test_an_incast_round_is_read_at_its_receiver() -> None:

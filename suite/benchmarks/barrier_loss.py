@@ -156,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", default="1M", help="bytes a rank sends a round (1M)")
     parser.add_argument("--rounds", type=int, default=30, help="rounds per pattern and barrier")
     parser.add_argument("--trials", type=int, default=2, help="passes over the list (2)")
-    parser.add_argument("--patterns", default=",".join(PATTERNS),
-                        help=f"patterns to run, comma-separated ({','.join(PATTERNS)})")
+    parser.add_argument(
+        "--patterns",
+        default=",".join(PATTERNS),
+        help=f"patterns to run, comma-separated ({','.join(PATTERNS)})",
+    )
     args = parser.parse_args(argv)
     try:
         args.bytes = parse_size(args.bytes)
