@@ -39,10 +39,19 @@ def test_an_incast_round_is_read_at_its_receiver() -> None:
     assert "late by a timeout: 0.125 of 8 samples" in line
 
 
+def test_a_hot_round_reads_its_hot_rank_beside_the_others() -> None:
+    every = np.full((4, 8), 99.0)
+    every[2, 6] += 200  # round 6's hot rank (6 mod 4) paid a timeout
+    every[0, 6] += 190  # and one of the others
+    line = barrier_loss.report("hot", "quiet", 0, every, 1 << 20)
+    assert "the hot rank 0.125 of 8 rounds, the others 0.042" in line
+
+
 @pytest.mark.parametrize("argv, says", [(["--rounds", "1"], "--rounds must be at least 2"),
                                         (["--bytes", "1Q"], "--bytes '1Q'"),
                                         (["--nodes", "1"], "--nodes must be at least 2"),
-                                        (["--patterns", "fanout,ring"], "each one of flows")])  # fmt: skip
+                                        (["--patterns", "fanout,ring"], "each one of flows"),
+                                        (["--hot", "0.5"], "--hot 0.5: must be at least 1")])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
     assert says in refusal(barrier_loss.main, argv, capsys)
 

@@ -6,20 +6,21 @@ that idle ranks leave the shared cores to the measured ones). The harness's time
 (``--timing latency``) starts each call after ``MPI_Barrier``, whose waiting ranks spin
 in the MPI library; and a fan-out sends its bytes in P - 1 messages, not in the k
 flows of the calibration, posted by ascending rank, so that every rank's first message
-goes to the same rank (on the emulated 4x2 at 1 MiB a rank: ascending 0.24-0.35 of
-samples late, the same messages posted from the rank's next 0.20-0.26, and the
-``flows`` pattern at the fan-out's 768 KiB a port 0.22-0.30). This probe runs the
-patterns after both barriers, in turn
+goes to the same rank. This probe runs the patterns after both barriers, in turn
 (:func:`pattern_rounds`): every rank's time in each round, and the rounds a timeout made
 late (:func:`late_counts`, the excesses over the median split where they stand apart as
-calibrate splits them; each rank's share too); and the ``incast`` pattern, the fan-out's burst alone (the
-ranks of other nodes each sending one fan-out message into one port at once), whose
-receiver's late rounds are a port's chance of a timeout in that burst. Printed per
-pattern and barrier: the median round, the share of
-(rank, round) samples late, and the share of rounds with a late rank.
+calibrate splits them; each rank's share too), and the ``incast`` pattern, the
+fan-out's burst alone (the ranks of other nodes each sending one fan-out message into
+one port at once), whose receiver's late rounds are a port's chance of a timeout in that
+burst. Printed per pattern and barrier: the median round, the share of (rank, round)
+samples late, and the share of rounds with a late rank. On the emulated 4x2 at 1 MiB a
+rank the fan-out patterns read alike (ascending 0.23-0.31 of samples late, from the
+rank's next 0.22-0.29, ``flows`` 0.26-0.34), and an incast's chance rises steeply with
+its length (six senders of 32, 64 and 128 KiB: 0.02-0.11, 0.04-0.33, 0.82-0.96 of
+rounds; docs/model-validation.md, "Fan-out's shortfall on the shallow queue").
 
     python -m commbench.benchmarks.barrier_loss [--nodes 4] [--ranks-per-node 2]
-        [--bytes 1M] [--rounds 30] [--trials 2]
+        [--bytes 1M] [--rounds 30] [--trials 2] [--patterns flows,fanout,rotated,incast]
 
 (root) brings up its own emulated cluster (prefix ``cbq``, the ``target-shallow``
 queue, ``--nic`` 100mbit), runs and takes it down.
@@ -37,25 +38,29 @@ from commbench.model.calibrate import flow_peers, rank_rounds, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbq"
-PATTERNS = ("flows", "fanout", "rotated", "incast")
+PATTERNS = ("flows", "fanout", "rotated", "incast", "hot")
 BARRIERS = ("quiet", "spin")
+
+
+def late_marks(every_ms) -> np.ndarray:
+    """Which samples of a ranks x rounds array of times a timeout made late: those whose
+    excess over the median stands apart with the others'
+    (:func:`~commbench.model.calibrate.split_late`); none where none does."""
+    t = np.asarray(every_ms, dtype=np.float64)
+    excess = t - np.median(t)
+    split = split_late(excess.ravel())
+    return excess > split[0] if split is not None else np.zeros(t.shape, dtype=bool)
 
 
 def late_counts(every_ms) -> tuple[float, float, np.ndarray]:
     """``(late samples, rounds with a late rank, each rank's late rounds)`` (shares) of a
-    ranks x rounds array of times: a sample is late where its excess over the median
-    stands apart with the others' (:func:`~commbench.model.calibrate.split_late`); none
-    where none does."""
-    t = np.asarray(every_ms, dtype=np.float64)
-    excess = t - np.median(t)
-    split = split_late(excess.ravel())
-    if split is None:
-        return 0.0, 0.0, np.zeros(t.shape[0])
-    late = excess > split[0]
+    ranks x rounds array of times (:func:`late_marks`)."""
+    late = late_marks(every_ms)
     return float(late.mean()), float(late.any(axis=0).mean()), late.mean(axis=1)
 
 
-def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str):
+def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str,
+                   hot: float = 2.0):  # fmt: skip
     """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds) of ``pattern``:
     ``flows``, calibrate's (``nbytes`` split over the P - G ranks of other nodes,
     :func:`~commbench.model.calibrate.flow_peers`), ``fanout`` (``nbytes / P`` to
@@ -89,6 +94,23 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
         body()  # the connections into rank 0, warm
         turn[0] = 0
         return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
+    if pattern == "hot":
+        part = max(nbytes // p, 1)
+        big = max(int(part * hot), 1)
+        send, recv = np.ones(big, np.uint8), np.empty((p, big), np.uint8)
+
+        def body() -> None:
+            target = turn[0] % p
+            turn[0] += 1
+            size = big if rank == target else part
+            reqs = [comm.Irecv(recv[s, :size], source=s, tag=15) for s in range(p) if s != rank]
+            reqs += [comm.Isend(send[: big if d == target else part], dest=d, tag=15)
+                     for d in range(p) if d != rank]  # fmt: skip
+            MPI.Request.Waitall(reqs)
+
+        body()
+        turn[0] = 0
+        return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
     if pattern == "flows":
         to = flow_peers(rank, nodes, g, k)
         frm = [r for r in range(p) if rank in flow_peers(r, nodes, g, k)]
@@ -119,7 +141,16 @@ def receivers(every_ms) -> np.ndarray:
 
 def report(pattern: str, barrier: str, trial: int, every_ms, nbytes: int) -> str:
     """One line: for ``incast`` the receivers' rounds alone (:func:`receivers`), a
-    port's chance."""
+    port's chance; for ``hot`` the hot ranks' share beside the others'."""
+    if pattern == "hot":
+        t = np.asarray(every_ms, dtype=np.float64)
+        hot = np.zeros(t.shape, dtype=bool)
+        hot[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])] = True
+        late = late_marks(t)
+        return (f"hot    after a {barrier:5s} barrier, trial {trial}: {format_size(nbytes)} a "
+                f"rank, median {np.median(t):7.1f} ms; late by a timeout: the hot rank "
+                f"{late[hot].mean():.3f} of {t.shape[1]} rounds, the others "
+                f"{late[~hot].mean():.3f}")  # fmt: skip
     if pattern == "incast":
         every_ms = receivers(every_ms)
     late, rounds, by_rank = late_counts(every_ms)
@@ -143,7 +174,8 @@ def worker(args) -> int:
     for trial in range(args.trials):
         for pattern in args.patterns:
             for barrier in BARRIERS:
-                every = pattern_rounds(comm, g, pattern, args.bytes, args.rounds, barrier) * 1e3
+                every = pattern_rounds(comm, g, pattern, args.bytes, args.rounds, barrier,
+                                       args.hot) * 1e3  # fmt: skip
                 if comm.rank == 0:
                     print(report(pattern, barrier, trial, every, args.bytes), flush=True)
     return 0
@@ -157,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30, help="rounds per pattern and barrier")
     parser.add_argument("--trials", type=int, default=2, help="passes over the list (2)")
     parser.add_argument(
+        "--hot",
+        type=float,
+        default=2.0,
+        help="hot: the round's hot rank's messages over the others' (2.0)",
+    )
+    parser.add_argument(
         "--patterns",
         default=",".join(PATTERNS),
         help=f"patterns to run, comma-separated ({','.join(PATTERNS)})",
@@ -169,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     args.patterns = [x for x in args.patterns.split(",") if x]
     if not args.patterns or set(args.patterns) - set(PATTERNS):
         parser.error(f"--patterns {','.join(args.patterns)!r}: each one of {', '.join(PATTERNS)}")
+    if not args.hot >= 1:
+        parser.error(f"--hot {args.hot}: must be at least 1")
     if args.rounds < 2 or args.trials < 1 or args.bytes < 1:
         parser.error("--rounds must be at least 2, --trials and --bytes at least 1")
     if args.nodes < 2 or args.ranks_per_node < 1:
@@ -177,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         parser, args, worker,
         lambda: owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
                                         "target-shallow"),
-        ("ranks_per_node", "bytes", "rounds", "trials", "patterns"),
+        ("ranks_per_node", "bytes", "rounds", "trials", "patterns", "hot"),
     )  # fmt: skip
 
 
