@@ -39,6 +39,12 @@ def test_an_incast_round_is_read_at_its_receiver() -> None:
     assert "late by a timeout: 0.125 of 8 samples" in line
 
 
+def test_a_hot_round_takes_its_heavy_messages_from_other_nodes() -> None:
+    assert barrier_loss.heavy_senders(0, 8, 2, None) == {2, 3, 4, 5, 6, 7}
+    assert barrier_loss.heavy_senders(5, 8, 2, 3) == {6, 7, 0}
+    assert barrier_loss.heavy_senders(1, 8, 4, 2) == {4, 5}
+
+
 def test_a_hot_round_reads_its_hot_rank_beside_the_others() -> None:
     every = np.full((4, 8), 99.0)
     every[2, 6] += 200  # round 6's hot rank (6 mod 4) paid a timeout
@@ -51,7 +57,8 @@ def test_a_hot_round_reads_its_hot_rank_beside_the_others() -> None:
                                         (["--bytes", "1Q"], "--bytes '1Q'"),
                                         (["--nodes", "1"], "--nodes must be at least 2"),
                                         (["--patterns", "fanout,ring"], "each one of flows"),
-                                        (["--hot", "0.5"], "--hot 0.5: must be at least 1")])  # fmt: skip
+                                        (["--hot", "0.5"], "--hot 0.5: must be at least 1"),
+                                        (["--senders", "7"], "--senders 7: 0 (all) to the")])  # fmt: skip
 def test_bad_input_is_one_line(argv, says, capsys) -> None:
     assert says in refusal(barrier_loss.main, argv, capsys)
 

@@ -59,14 +59,26 @@ def late_counts(every_ms) -> tuple[float, float, np.ndarray]:
     return float(late.mean()), float(late.any(axis=0).mean()), late.mean(axis=1)
 
 
+def heavy_senders(target: int, p: int, g: int, k: int | None) -> set[int]:
+    """The ranks that send a ``hot`` round's larger message to ``target``: the first k
+    (all where None) of the other nodes' ranks, from the target's next node on."""
+    node = target // g
+    order = [r for j in range(1, p // g) for r in range(((node + j) % (p // g)) * g,
+                                                          ((node + j) % (p // g)) * g + g)]  # fmt: skip
+    return set(order if k is None else order[:k])
+
+
 def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str,
-                   hot: float = 2.0):  # fmt: skip
+                   hot: float = 2.0, senders: int | None = None):  # fmt: skip
     """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds) of ``pattern``:
     ``flows``, calibrate's (``nbytes`` split over the P - G ranks of other nodes,
     :func:`~commbench.model.calibrate.flow_peers`), ``fanout`` (``nbytes / P`` to
     every other rank, its node's too, posted by ascending rank as the harness's
     ``fanout`` posts them: every rank's first message goes to rank 0 or 1) or
     ``rotated`` (the same messages posted from the rank's next, ``rank + 1``, round),
+    ``hot`` (the fan-out, its round's hot rank, round ``i``'s ``i mod P``, taking ``hot``
+    times the message from ``senders`` ranks of other nodes, :func:`heavy_senders`: they
+    converge on it, warm, once their other messages are through),
     or ``incast`` (the ranks of other nodes each send ``nbytes / P``, a fan-out's
     message, to one rank, a fan-out's burst into one port at its start; the rank
     taking them is round ``i``'s ``i mod P``, the others idle), receives posted first;
@@ -102,10 +114,11 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
         def body() -> None:
             target = turn[0] % p
             turn[0] += 1
-            size = big if rank == target else part
-            reqs = [comm.Irecv(recv[s, :size], source=s, tag=15) for s in range(p) if s != rank]
-            reqs += [comm.Isend(send[: big if d == target else part], dest=d, tag=15)
-                     for d in range(p) if d != rank]  # fmt: skip
+            heavy = heavy_senders(target, p, g, senders)
+            reqs = [comm.Irecv(recv[s, : big if rank == target and s in heavy else part],
+                               source=s, tag=15) for s in range(p) if s != rank]  # fmt: skip
+            reqs += [comm.Isend(send[: big if d == target and rank in heavy else part],
+                                dest=d, tag=15) for d in range(p) if d != rank]  # fmt: skip
             MPI.Request.Waitall(reqs)
 
         body()
@@ -175,7 +188,7 @@ def worker(args) -> int:
         for pattern in args.patterns:
             for barrier in BARRIERS:
                 every = pattern_rounds(comm, g, pattern, args.bytes, args.rounds, barrier,
-                                       args.hot) * 1e3  # fmt: skip
+                                       args.hot, args.senders or None) * 1e3  # fmt: skip
                 if comm.rank == 0:
                     print(report(pattern, barrier, trial, every, args.bytes), flush=True)
     return 0
@@ -194,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         default=2.0,
         help="hot: the round's hot rank's messages over the others' (2.0)",
     )
+    parser.add_argument("--senders", type=int, default=0,
+                        help="hot: how many ranks of other nodes send the larger message "
+                             "(0: all)")  # fmt: skip
     parser.add_argument(
         "--patterns",
         default=",".join(PATTERNS),
@@ -209,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--patterns {','.join(args.patterns)!r}: each one of {', '.join(PATTERNS)}")
     if not args.hot >= 1:
         parser.error(f"--hot {args.hot}: must be at least 1")
+    if not 0 <= args.senders <= (args.nodes - 1) * args.ranks_per_node:
+        parser.error(f"--senders {args.senders}: 0 (all) to the other nodes' ranks "
+                     f"({(args.nodes - 1) * args.ranks_per_node})")  # fmt: skip
     if args.rounds < 2 or args.trials < 1 or args.bytes < 1:
         parser.error("--rounds must be at least 2, --trials and --bytes at least 1")
     if args.nodes < 2 or args.ranks_per_node < 1:
@@ -217,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         parser, args, worker,
         lambda: owncluster.cluster_spec(PREFIX, args.nodes, args.ranks_per_node, args.nic,
                                         "target-shallow"),
-        ("ranks_per_node", "bytes", "rounds", "trials", "patterns", "hot"),
+        ("ranks_per_node", "bytes", "rounds", "trials", "patterns", "hot", "senders"),
     )  # fmt: skip
 
 
