@@ -1336,3 +1336,112 @@ def test_nvrar_cells_carry_half_the_wire_on_the_cpu_backend():
     assert ar_model.nvrar(1 << 20, 4, f).time_us < slow
     with pytest.raises(ValueError, match="ll8_share"):
         f.with_(ll8_share=0)
+
+
+def test_a_nic_is_overfilled_where_it_is_full_and_two_senders_have_rate_to_spare():
+    f = fabric(gpus_per_node=1, scaleup_GBps=math.inf)
+    rate = f.nic_GBps * 1e3  # bytes per us
+    mib = float(1 << 20)
+    # three senders with nothing else to send into one NIC: overfilled for all 3 MiB
+    k, taken = fab.overfilled_ports(f, [1, 2, 3], [0, 0, 0], [mib] * 3, 4)
+    assert k.tolist() == [3, 0, 0, 0] and taken[0] == pytest.approx(3 * mib)
+    # a permutation and a uniform all-to-all fill every NIC at once: none
+    assert not fab.overfilled_ports(f, [0, 1, 2, 3], [1, 2, 3, 0], [mib] * 4, 4)[0].any()
+    src, dst = np.nonzero(1 - np.eye(4, dtype=int))
+    assert not fab.overfilled_ports(f, src, dst, np.full(src.size, mib), 4)[0].any()
+    # a hot receiver: every rank sends 1 MiB to each other, 1.5 MiB to rank 0; once the
+    # rest are through its three senders converge on it with 1.5 MiB left in all
+    nb = np.where(dst == 0, 1.5 * mib, mib)
+    k, taken = fab.overfilled_ports(f, src, dst, nb, 4)
+    assert k.tolist() == [3, 0, 0, 0] and taken[0] == pytest.approx(1.5 * mib)
+    # its chance: the larger of the two; its cover: what its other two flows keep it busy
+    lossy = f.with_(loss_timeout_us=200_000.0, loss_late=((3, 0.1, 1 << 20),),
+                    loss_overfill=((2, 0.3, 1 << 20), (3, 0.6, 1 << 20)))  # fmt: skip
+    chance, senders, cover = fab.port_stalls(lossy, src, dst, nb, 4)
+    assert chance.tolist() == pytest.approx([0.6, 0.1, 0.1, 0.1]) and senders.tolist() == [3] * 4
+    assert cover.tolist() == pytest.approx([1.5 * mib * 2 / 3 / rate, 0, 0, 0])
+    assert lossy.overfill_chance(2.5, 1 << 20) == pytest.approx(0.45, abs=0.02)
+    assert f.overfill_chance(3, 1 << 20) == 0.0
+    with pytest.raises(ValueError, match="loss_overfill"):
+        lossy.with_(loss_overfill=((2, 1.5, 1 << 20),))
+
+
+def test_an_overfilled_nic_costs_its_chance_and_a_timeout_less_what_it_covers():
+    p = 8
+    uniform = np.full((p, p), 1 << 20)
+    np.fill_diagonal(uniform, 0)
+    skewed = uniform.copy()
+    skewed[:, 0] = 5 << 18  # 1.75 MiB overfilled, 140 ms at the NIC's rate
+    skewed[0, 0] = 0
+    f = fabric(gpus_per_node=1, scaleup_GBps=math.inf)
+    lossy = f.with_(loss_timeout_us=200_000.0, loss_late=((7, 0.05, 7 << 20),), calls_averaged=5)
+    over = lossy.with_(loss_overfill=((7, 0.9, 1 << 20),))
+    # uniform: nothing overfilled, nothing changes
+    assert a2a_model.fanout(uniform, over).time_us == a2a_model.fanout(uniform, lossy).time_us
+    plain = a2a_model.fanout(skewed, lossy).time_us
+    charged = a2a_model.fanout(skewed, over).time_us
+    assert charged > plain
+    # a timeout its other flows cover (120 ms of 140) costs less than a whole one
+    whole = fab.late_by(
+        over,
+        *np.nonzero(skewed),
+        np.zeros(56),
+        np.zeros(p),
+        fab.port_stalls(over, *np.nonzero(skewed), skewed[skewed > 0], p)[:2],
+    )
+    part = fab.late_by(
+        over,
+        *np.nonzero(skewed),
+        np.zeros(56),
+        np.zeros(p),
+        fab.port_stalls(over, *np.nonzero(skewed), skewed[skewed > 0], p),
+    )
+    cover = 1.75 * (1 << 20) * 6 / 7 / 12.5  # bytes per us
+    # rank 0: its NIC's seven flows (0.9 / 7 each) lose less, its own sends a whole one
+    assert part[0] == pytest.approx((0.9 * (200_000.0 - cover) + 0.05 * 200_000.0) / 0.95)
+    assert whole[0] == pytest.approx(200_000.0) and (part <= whole).all()
+
+
+def test_the_hot_points_give_a_nics_chance_beside_the_others():
+    rto, p = 200_000.0, 4
+    rounds = np.full((p, 40), 80_000.0)
+    hot = np.arange(40) % p
+    rounds[hot, np.arange(40)] += 20_000.0  # the hot rank's extra bytes
+    rounds[hot[:20], np.arange(20)] += rto  # the hot rank late in half its rounds
+    others = np.ones((p, 40), dtype=bool)
+    others[hot, np.arange(40)] = False
+    late_others = np.argwhere(others)[::6]  # and the others in a sixth of theirs
+    rounds[late_others[:, 0], late_others[:, 1]] += rto
+    q = dict(kind="hot", tier="scaleout", peers=3, bytes=1 << 18, rank_rounds_us=rounds.tolist())
+    [(k, chance, nbytes)] = cal.fit_overfill([q], rto, (1 << 18) / 20_000.0 / 1e3)
+    o = len(late_others) / others.sum()
+    assert (k, nbytes) == (3, 1 << 18)
+    assert chance == pytest.approx(1 - 0.5 / (1 - o), abs=1e-4)
+    assert cal.fit_overfill([{**q, "kind": "flows"}], rto, 0.0125) == []
+    assert cal.heavy_senders(5, 8, 2, 3) == [6, 7, 0]
+    assert cal.heavy_senders(1, 8, 4, 2) == [4, 5]
+    assert cal.hot_counts(6) == [2, 4, 6] and cal.hot_counts(4) == [2, 4]
+    assert cal.hot_counts(1) == []
+    table = FabricTable(scaleup="s", scaleout="n", scaleup_GBps=1.0, scaleup_peer_GBps=1.0,
+                        scaleup_latency_us=1.0, scaleout_GBps=0.0125, scaleout_latency_us=50.0,
+                        nics_per_node=2, stage_cost_us=0.0, incast_lossy=0.1,
+                        incast_lossless=0.0, loss_timeout_us=rto,
+                        loss_overfill=[[3, chance, 1 << 18]])  # fmt: skip
+    assert table.per_gpu(2, flow_control="lossy").loss_overfill == ((3.0, chance, 262144.0),)
+    assert table.per_gpu(2, flow_control="lossless").loss_overfill == ()
+
+
+def test_hot_bytes_are_measured_on_a_lossy_fabric_only(tmp_path):
+    import argparse
+
+    from commbench.errors import UsageError
+
+    p = argparse.ArgumentParser()
+    cal.add_arguments(p)
+    out = ["--out", str(tmp_path / "p.toml")]
+    _, lossy = cal.check_arguments(p.parse_args([*out, "--flow-control", "lossy"]))
+    assert lossy["hot_bytes"] == [128 << 10, 256 << 10, 512 << 10]
+    _, plain = cal.check_arguments(p.parse_args([*out, "--hot-bytes", "64K"]))
+    assert plain["hot_bytes"] == []
+    with pytest.raises(UsageError, match="--hot-bytes 0"):
+        cal.check_arguments(p.parse_args([*out, "--flow-control", "lossy", "--hot-bytes", "0"]))

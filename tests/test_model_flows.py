@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 from commbench.kernels.model import Fabric, flows
 from commbench.kernels.model import alltoallv as a2a_model
-from commbench.kernels.model.fabric import step_finish
+from commbench.kernels.model.fabric import fair_rates, step_finish
 from commbench.kernels.model.flows import (
     expected_joins,
-    fair_rates,
     join_events,
     oldest_half_weights,
     one_loss_median,

@@ -198,6 +198,12 @@ class Fabric:
     #: step (read as :meth:`cap_GBps` reads its curves; ``commbench calibrate``'s lossy
     #: ``flows`` points); empty: every such step pays one
     loss_late: tuple = ()
+    #: ``((senders, chance, bytes), ...)``: the chance that a NIC its senders overfill
+    #: (:func:`overfilled_ports`: full while two or more of them have rate to spare, so
+    #: they push faster than it drains), that many senders converging on it for that many
+    #: bytes at its rate, pays a timeout (read as ``loss_late``; ``commbench calibrate``'s
+    #: lossy ``hot`` points); empty: such a NIC is charged as ``loss_late`` has it
+    loss_overfill: tuple = ()
     #: the calls a reported time averages: the slowest rank's mean over m calls holds the
     #: largest share of m calls any rank drew a timeout in (:func:`late_share`); 1: one
     #: call's expected time
@@ -225,6 +231,8 @@ class Fabric:
         object.__setattr__(self, "_tails", _curves(self, "fabric_tail", "stretch >= 1", 1.0))
         object.__setattr__(self, "_late", _curves(self, "loss_late", "chance in [0, 1]", 0.0,
                                                   lambda v: 0 <= v <= 1))  # fmt: skip
+        object.__setattr__(self, "_overfill", _curves(self, "loss_overfill", "chance in [0, 1]",
+                                                      0.0, lambda v: 0 <= v <= 1))  # fmt: skip
         m = self.calls_averaged
         if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
             raise ValueError(f"fabric: calls_averaged must be an integer >= 1 (got {m!r})")
@@ -327,6 +335,14 @@ class Fabric:
         if not self.loss_late:
             return 1.0 if np.ndim(port_bytes) == 0 else np.ones(np.shape(port_bytes))
         return _read(self._late, senders, port_bytes)
+
+    def overfill_chance(self, senders, nbytes) -> float | np.ndarray:
+        """The chance that a NIC ``senders`` overfill for ``nbytes`` pays a retransmission
+        timeout (``loss_overfill``, read as :meth:`loss_chance` reads ``loss_late``); 0
+        where the fabric has no ``loss_overfill``."""
+        if not self.loss_overfill:
+            return 0.0 if np.ndim(nbytes) == 0 else np.zeros(np.shape(nbytes))
+        return _read(self._overfill, senders, nbytes)
 
     def wire_time_us(
         self, nbytes, concurrent=1, nic_bytes=None, message_bytes=None
@@ -520,6 +536,85 @@ def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     return ends
 
 
+def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None) -> np.ndarray:
+    """Max-min fair rates of ``n`` flows under constraints: constraint i lets the flows
+    ``members[i]`` together move at most ``caps[i]`` (progressive filling: raise every
+    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat),
+    flow j's rate ``weights[j]`` times the common level (default 1 each). A flow in no
+    constraint gets ``inf``."""
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    incidence = np.zeros((len(members), n))
+    for i, m in enumerate(members):
+        incidence[i, m] = 1.0
+    rate = np.full(n, math.inf)
+    frozen = np.zeros(n, dtype=bool)
+    left = np.asarray(caps, dtype=np.float64).copy()
+    while True:
+        counts = incidence @ np.where(frozen, 0.0, w)
+        live = (incidence @ ~frozen) > 0
+        if not live.any():
+            return rate
+        share = np.full(len(members), math.inf)
+        share[live] = left[live] / counts[live]
+        i = int(np.argmin(share))
+        level = max(float(share[i]), 0.0)
+        pick = (incidence[i] > 0) & ~frozen
+        rate[pick] = level * w[pick]
+        frozen |= pick
+        left -= incidence[:, pick] @ rate[pick]
+
+
+def overfilled_ports(fabric: Fabric, src, dst, nb, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(senders, bytes)`` per NIC of a step's flows between nodes: the most senders
+    that overfilled it at once, and the bytes it took while overfilled. The flows run in
+    time at their max-min fair rates under each NIC's rate, sending and receiving
+    (:func:`fair_rates`, phase by phase to the last flow's end: at most one phase a
+    flow); a receiving NIC is overfilled in a phase where it is full and two or more of
+    its flows come from NICs with rate to spare. Their TCP senders push faster than it
+    drains, and a shallow switch queue drops (on the emulated shallow queue a rank whose
+    NIC a skewed fan-out overfilled paid a timeout in 0.4-0.95 of calls, others ~0.3).
+    Where every NIC sends and receives alike (a uniform fan-out, a permutation) every
+    NIC fills at once and none is overfilled."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    left = np.asarray(nb, dtype=np.float64).copy()
+    rate = fabric.nic_GBps * _BYTES_PER_US
+    full = rate * (1.0 - 1e-9)
+    senders, taken = np.zeros(p, np.int64), np.zeros(p)
+    live = np.flatnonzero(left > 0)
+    while live.size:
+        s, d = src[live], dst[live]
+        members = [np.flatnonzero(s == r) for r in np.unique(s)]
+        members += [np.flatnonzero(d == r) for r in np.unique(d)]
+        r = fair_rates(np.full(len(members), rate), members, live.size)
+        until = left[live] / r
+        dt = float(until.min())
+        spare = np.bincount(d, np.bincount(s, r, p)[s] < full, p)  # per NIC, senders with spare
+        into = np.bincount(d, r, p)
+        hit = (into >= full) & (spare >= 2)
+        senders[hit] = np.maximum(senders[hit], spare[hit].astype(np.int64))
+        taken[hit] += into[hit] * dt
+        left[live] = np.where(until <= dt * (1.0 + 1e-12), 0.0, left[live] - r * dt)
+        live = live[left[live] > 0]
+    return senders, taken
+
+
+def port_stalls(fabric: Fabric, src, dst, nb, p: int) -> tuple:
+    """``(chance, senders, cover_us)`` per NIC of a step's flows between nodes on a lossy
+    fabric: :func:`port_chance`'s, and where the fabric has ``loss_overfill``, a NIC its
+    senders overfill (:func:`overfilled_ports`) at the larger of that chance and its
+    overfill's; ``cover_us``, how long such a NIC's other flows keep it busy while one of
+    its k senders waits out a timeout (``(k - 1) / k`` of the bytes it took overfilled, at
+    its rate): a stall there ends the call that much less late."""
+    chance, senders = port_chance(fabric, dst, nb, p)
+    cover = np.zeros(p)
+    if fabric.loss_overfill:
+        k, taken = overfilled_ports(fabric, src, dst, nb, p)
+        for d in np.flatnonzero(k >= 2):
+            chance[d] = max(chance[d], fabric.overfill_chance(k[d], taken[d]))
+            cover[d] = taken[d] * (k[d] - 1) / k[d] / (fabric.nic_GBps * _BYTES_PER_US)
+    return chance, senders, cover
+
+
 def port_chance(fabric: Fabric, dst, nb, p: int) -> tuple[np.ndarray, np.ndarray]:
     """``(chance, senders)`` per NIC of a step's flows between nodes on a lossy fabric: a
     NIC taking k >= 2 senders pays a retransmission timeout with ``loss_late``'s chance
@@ -543,7 +638,7 @@ def late_chance(fabric: Fabric, src, dst, nb, p: int, ports=None) -> np.ndarray:
     here where not given): the flow a NIC stalls makes both its ends late, so rank r is
     on time with ``(1 - p_r) * prod over the NICs d it sends to of (1 - p_d / k_d)``."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    chance, senders = ports if ports is not None else port_chance(fabric, dst, nb, p)
+    chance, senders = (ports if ports is not None else port_chance(fabric, dst, nb, p))[:2]
     on_time = 1.0 - chance
     np.multiply.at(on_time, src, 1.0 - chance[dst] / np.maximum(senders[dst], 1))
     return 1.0 - on_time
@@ -552,19 +647,21 @@ def late_chance(fabric: Fabric, src, dst, nb, p: int, ports=None) -> np.ndarray:
 def late_by(fabric: Fabric, src, dst, end_us, base_us, ports) -> np.ndarray:
     """Per rank, what a timeout adds to its time in a step where it pays one: the flow
     stalled (one of its NIC's k senders', or its own into a NIC it sends to, each as
-    likely as :func:`late_chance` has it from ``ports``, :func:`port_chance`'s) ends
-    ``loss_timeout_us`` after its own end (``end_us``, per flow), which adds only as far
-    as that outlasts the rank's other flows (``base_us``, per rank): a whole timeout
-    where the flows end together (a uniform call), less where the rank waits for a
-    heavier flow anyway."""
+    likely as :func:`late_chance` has it from ``ports``, :func:`port_chance`'s or
+    :func:`port_stalls`') ends ``loss_timeout_us`` after its own end, less the NIC's
+    cover where ``ports`` has one (:func:`port_stalls`), which adds only as far as that
+    outlasts the rank's other flows (``base_us``, per rank): a whole timeout where the
+    flows end together (a uniform call), less where the rank waits for a heavier flow
+    anyway."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     base = np.asarray(base_us, dtype=np.float64)
     p = base.size
-    chance, senders = ports
+    chance, senders = ports[:2]
+    lost = fabric.loss_timeout_us - (ports[2][dst] if len(ports) > 2 else 0.0)
     weight = chance[dst] / np.maximum(senders[dst], 1)  # the chance this flow is stalled
     added, weights = np.zeros(p), np.zeros(p)
     for ends in (src, dst):
-        gain = np.maximum(np.asarray(end_us) + fabric.loss_timeout_us - base[ends], 0.0)
+        gain = np.maximum(np.asarray(end_us) + lost - base[ends], 0.0)
         np.add.at(added, ends, weight * gain)
         np.add.at(weights, ends, weight)
     return np.divide(added, weights, out=np.zeros(p), where=weights > 0)
@@ -678,7 +775,7 @@ def _tier(
     np.maximum.at(finish, src, end)
     np.maximum.at(finish, dst, end)
     if timeouts:
-        ports = port_chance(fabric, dst, nb, p)
+        ports = port_stalls(fabric, src, dst, nb, p)
         chance = late_chance(fabric, src, dst, nb, p, ports)
         late = chance > 0
         if late.any():  # the ranks that may pay shift alike, so the slowest is expected

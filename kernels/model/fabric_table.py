@@ -78,7 +78,9 @@ class FabricTable(BaseModel):
       fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier)
       and ``loss_late`` (``[[senders, chance, bytes per NIC], ...]``: the chance that a
       NIC taking that many senders at once pays one, measured with it; none: every such
-      step pays one).
+      step pays one) and ``loss_overfill`` (``[[senders, chance, bytes], ...]``: the
+      chance that a NIC that many senders overfill for that many bytes pays one; none:
+      charged as ``loss_late`` has it).
     - ``sources``: for each constant, where its value comes from (a published
       measurement, a vendor spec, or "estimate: ..."); ``[fabric.sources]``.
     """
@@ -120,6 +122,7 @@ class FabricTable(BaseModel):
     scaleout_queue_bytes: float | None = Field(None, ge=0)
     loss_timeout_us: float | None = Field(None, ge=0)
     loss_late: list[list[float]] | None = None
+    loss_overfill: list[list[float]] | None = None
     sources: dict[str, str] = {}
 
     def per_gpu(
@@ -178,6 +181,8 @@ class FabricTable(BaseModel):
             values["loss_timeout_us"] = self.loss_timeout_us
             if self.loss_late is not None:
                 values["loss_late"] = tuple(tuple(row) for row in self.loss_late)
+            if self.loss_overfill is not None:
+                values["loss_overfill"] = tuple(tuple(row) for row in self.loss_overfill)
         if case is not None:
             coefficient = getattr(self, f"incast_{case}", None)
             if coefficient is None:

@@ -35,39 +35,11 @@ import math
 
 import numpy as np
 
-from commbench.kernels.model.fabric import Fabric
+from commbench.kernels.model.fabric import Fabric, fair_rates
 
 _BYTES_PER_US = 1e3
 #: a flow this close to its end (bytes) has ended: the float sums of a fluid model
 _EPS_BYTES = 1e-6
-
-
-def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None) -> np.ndarray:
-    """Max-min fair rates of ``n`` flows under constraints: constraint i lets the flows
-    ``members[i]`` together move at most ``caps[i]`` (progressive filling: raise every
-    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat),
-    flow j's rate ``weights[j]`` times the common level (default 1 each). A flow in no
-    constraint gets ``inf``."""
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    incidence = np.zeros((len(members), n))
-    for i, m in enumerate(members):
-        incidence[i, m] = 1.0
-    rate = np.full(n, math.inf)
-    frozen = np.zeros(n, dtype=bool)
-    left = np.asarray(caps, dtype=np.float64).copy()
-    while True:
-        counts = incidence @ np.where(frozen, 0.0, w)
-        live = (incidence @ ~frozen) > 0
-        if not live.any():
-            return rate
-        share = np.full(len(members), math.inf)
-        share[live] = left[live] / counts[live]
-        i = int(np.argmin(share))
-        level = max(float(share[i]), 0.0)
-        pick = (incidence[i] > 0) & ~frozen
-        rate[pick] = level * w[pick]
-        frozen |= pick
-        left -= incidence[:, pick] @ rate[pick]
 
 
 def oldest_half_weights(n: int) -> np.ndarray:

@@ -82,6 +82,16 @@ Nothing is taken from the collectives the profile is used to predict. The points
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
+``hot`` (a lossy fabric only)
+    a fan-out of :data:`HOT_MESSAGE_BYTES` a message, each round's hot rank (round i's
+    rank i mod P) taking from k ranks of other nodes that much and a k-th of each of
+    ``--hot-bytes`` more (k = 2, 4, ... up to every remote rank): once their other
+    messages are through the k converge on its NIC, warm, and overfill it for those
+    bytes (:func:`~commbench.kernels.model.fabric.overfilled_ports`). The hot rank's late
+    rounds beside the others' give the chance that a NIC k senders overfill for those
+    bytes pays a timeout, ``loss_overfill`` (:func:`fit_overfill`): on the emulated
+    shallow queue ~0.2-0.55 at 190 KiB (16 ms), ~0.97 at 780 KiB with six senders, where
+    a cold incast of the same bytes (each round's first flows) loses a fifth as often.
 ``stage``
     rounds of an empty exchange (0 bytes) with a rail partner, all ranks at once, the
     partner shifting every round as FAST's stages do: one stage's fixed cost.
@@ -452,6 +462,57 @@ def _incast(comm, senders: list[int], nbytes: int, reps: int) -> float:
 
     body()
     return median_round(comm, body, reps)
+
+
+#: the message of the ``hot`` points' fan-out: a 1 MiB fan-out's on 8 ranks, whose own
+#: loss (a rank late in ~0.1-0.3 of rounds on the emulated shallow queue) leaves the hot
+#: rank's readable beside it
+HOT_MESSAGE_BYTES = 128 * 1024
+
+
+def heavy_senders(target: int, p: int, g: int, k: int) -> list[int]:
+    """The k ranks that send a ``hot`` round's larger message to ``target``: the first k
+    of the other nodes' ranks, from the target's next node on."""
+    nodes, node = p // g, target // g
+    order = [((node + j) % nodes) * g + i for j in range(1, nodes) for i in range(g)]
+    return order[:k]
+
+
+def hot_counts(remote: int) -> list[int]:
+    """The sender counts of the ``hot`` points: 2, 4, 8, ... below ``remote`` (the
+    other nodes' ranks a rank has), then ``remote``; none below 2."""
+    out, k = [], 2
+    while k < remote:
+        out.append(k)
+        k *= 2
+    return out + [remote] if remote >= 2 else []
+
+
+def _hot(comm, g: int, k: int, extra: int, rounds: int) -> tuple:
+    """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds, ``rounds`` a
+    multiple of the ranks) of a fan-out of :data:`HOT_MESSAGE_BYTES` whose round-i hot
+    rank, i mod P, takes ``extra // k`` more from each of its :func:`heavy_senders`;
+    with the slowest and the median rank's, as :func:`_flows`'s."""
+    p, rank = comm.size, comm.rank
+    part, big = HOT_MESSAGE_BYTES, HOT_MESSAGE_BYTES + max(extra // k, 1)
+    send, recv = np.ones(big, np.uint8), np.empty((p, big), np.uint8)
+    turn = [0]
+
+    def body() -> None:
+        target = turn[0] % p
+        turn[0] += 1
+        heavy = heavy_senders(target, p, g, k)
+        reqs = [comm.Irecv(recv[s, : big if rank == target and s in heavy else part],
+                           source=s, tag=9) for s in range(p) if s != rank]  # fmt: skip
+        reqs += [comm.Isend(send[: big if d == target and rank in heavy else part],
+                            dest=d, tag=9) for d in range(p) if d != rank]  # fmt: skip
+        for r in reqs:
+            r.Wait()
+
+    body()
+    turn[0] = 0
+    every = rank_rounds(comm, body, rounds)
+    return float(np.median(every.max(axis=0))), float(np.median(np.median(every, axis=0))), every
 
 
 def _persistent(comm, sends: list, recvs: list, tag: int) -> list:
@@ -933,6 +994,28 @@ def split_late(times) -> tuple[float, float] | None:
     return (lower[-1] + upper[0]) / 2, float(np.median(upper) - np.median(lower))
 
 
+def fit_overfill(points: list[dict], timeout_us: float, nic_GBps: float) -> list[list[float]]:
+    """``loss_overfill``, ``[[k, chance, bytes], ...]``, from the ``hot`` points' rank
+    rounds (round i's hot rank i mod P): a rank's round is late where it took half a
+    ``timeout_us`` more than the other ranks' median round (the hot rank: and its extra
+    bytes at ``nic_GBps``); with the hot rank late in a share h of its rounds and the
+    others in o, a hot NIC's own chance is ``1 - (1 - h) / (1 - o)`` (the hot rank is
+    late by its own NIC or as the others are), at least 0. Empty without ``hot`` points."""
+    rows = []
+    for q in points:
+        if q["kind"] != "hot" or not q.get("rank_rounds_us"):
+            continue
+        t = np.asarray(q["rank_rounds_us"], dtype=np.float64)
+        hot = np.zeros(t.shape, dtype=bool)
+        hot[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])] = True
+        base = float(np.median(t[~hot]))
+        o = float((t[~hot] > base + timeout_us / 2).mean())
+        h = float((t[hot] > base + q["bytes"] / (nic_GBps * 1e3) + timeout_us / 2).mean())
+        chance = max(1.0 - (1.0 - h) / (1.0 - o), 0.0) if o < 1 else 0.0
+        rows.append([q["peers"], _round(chance), q["bytes"]])
+    return sorted(rows, key=lambda row: (row[2], row[0]))
+
+
 def _GBps(nbytes: int, us: float) -> float | None:
     """A point's rate in GB/s; None where it moved no bytes (or took no time)."""
     return nbytes / us / 1e3 if us > 0 and nbytes else None
@@ -958,7 +1041,8 @@ def _point(kind: str, tier: str, peers: int, size: int, seconds, n_reps: int) ->
 
 def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
     """One pass over the points that overflow ports: ``flows`` at each fabric size (k
-    senders into every NIC), then ``incast`` (k = 1, 2, 4, ... senders into rank 0)."""
+    senders into every NIC), then ``incast`` (k = 1, 2, 4, ... senders into rank 0), then
+    ``hot`` (on a lossy fabric: ``opts["hot_bytes"]`` overfilled by k senders)."""
     p, g = comm.size, gpus_per_node
     reps, ibytes, rounds = opts["reps"], opts["incast_bytes"], opts["flows_rounds"]
     points = [_point("flows", "scaleout", k, size, _flows(comm, g, k, size, rounds), rounds)
@@ -970,6 +1054,9 @@ def _overflow_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         secs = _incast(comm, remote[:k], ibytes, reps)
         points.append(_point("incast", "scaleout", k, ibytes, secs, reps))
         k = k * 2 if k * 2 <= len(remote) or k == len(remote) else len(remote)
+    hot_rounds = -(-rounds // p) * p  # whole turns of the hot rank
+    points += [_point("hot", "scaleout", k, extra, _hot(comm, g, k, extra, hot_rounds), hot_rounds)
+               for k in hot_counts(p - g) for extra in opts["hot_bytes"]]  # fmt: skip
     return points
 
 
@@ -1230,6 +1317,14 @@ def fit(
             "pays a timeout in a round, from its share of late ranks ([k, chance, bytes "
             "per rank]; the flows points lose packets too: the cap and the tail from k = 1 "
             "alone)"
+        )
+    overfill = fit_overfill(points, c["loss_timeout_us"], c["scaleout_GBps"]) if loss else []
+    if overfill:
+        c["loss_overfill"] = overfill
+        why["loss_overfill"] = (
+            "the hot points' rank rounds: per point, the chance that a NIC k senders "
+            "overfill for that many bytes pays a timeout, from the hot rank's late rounds "
+            "beside the others' ([k, chance, bytes overfilled])"
         )
     posts = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == "post")
     n = np.array([a for a, _ in posts], float)
@@ -1623,6 +1718,9 @@ def add_arguments(p) -> None:
                    help="rounds per flows point and pass on a lossy fabric (15): each "
                    "round a rank is late by a timeout or not, and the share late is the "
                    "loss chance the model charges, so it takes more rounds than a time")  # fmt: skip
+    p.add_argument("--hot-bytes", default="128K,256K,512K",
+                   help="on a lossy fabric, the bytes the hot points' senders overfill a NIC "
+                   "with, comma-separated (128K,256K,512K): loss_overfill by bytes")  # fmt: skip
     p.add_argument("-d", "--datatype", default="bf16", help="element type reduced (bf16)")
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
@@ -1663,7 +1761,12 @@ def check_arguments(args) -> tuple[dict, dict]:
         "loss_rounds": args.loss_rounds,
         "flows_rounds": args.loss_rounds if args.flow_control == "lossy" else args.reps,
         "dtype": parse_dtype(args.datatype),
+        "hot_bytes": [parse_size(b) for b in args.hot_bytes.split(",") if b]
+        if args.flow_control == "lossy"
+        else [],
     }
+    if any(b < 1 for b in opts["hot_bytes"]):
+        raise UsageError(f"--hot-bytes {args.hot_bytes}: each size at least 1 byte")
     for key in ("bytes", "incast_bytes", "reps", "passes", "stage_rounds", "loss_rounds"):
         if opts[key] < 1:
             raise UsageError(f"--{key.replace('_', '-')} must be at least 1 (got {opts[key]})")
