@@ -39,12 +39,6 @@ def test_an_incast_round_is_read_at_its_receiver() -> None:
     assert "late by a timeout: 0.125 of 8 samples" in line
 
 
-def test_a_hot_round_takes_its_heavy_messages_from_other_nodes() -> None:
-    assert barrier_loss.heavy_senders(0, 8, 2, None) == {2, 3, 4, 5, 6, 7}
-    assert barrier_loss.heavy_senders(5, 8, 2, 3) == {6, 7, 0}
-    assert barrier_loss.heavy_senders(1, 8, 4, 2) == {4, 5}
-
-
 def test_a_hot_round_reads_its_hot_rank_beside_the_others() -> None:
     every = np.full((4, 8), 99.0)
     every[2, 6] += 200  # round 6's hot rank (6 mod 4) paid a timeout

@@ -34,7 +34,7 @@ import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
-from commbench.model.calibrate import flow_peers, rank_rounds, split_late
+from commbench.model.calibrate import flow_peers, hot_body, rank_rounds, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbq"
@@ -59,15 +59,6 @@ def late_counts(every_ms) -> tuple[float, float, np.ndarray]:
     return float(late.mean()), float(late.any(axis=0).mean()), late.mean(axis=1)
 
 
-def heavy_senders(target: int, p: int, g: int, k: int | None) -> set[int]:
-    """The ranks that send a ``hot`` round's larger message to ``target``: the first k
-    (all where None) of the other nodes' ranks, from the target's next node on."""
-    node = target // g
-    order = [r for j in range(1, p // g) for r in range(((node + j) % (p // g)) * g,
-                                                          ((node + j) % (p // g)) * g + g)]  # fmt: skip
-    return set(order if k is None else order[:k])
-
-
 def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier: str,
                    hot: float = 2.0, senders: int | None = None):  # fmt: skip
     """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds) of ``pattern``:
@@ -76,9 +67,10 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
     every other rank, its node's too, posted by ascending rank as the harness's
     ``fanout`` posts them: every rank's first message goes to rank 0 or 1) or
     ``rotated`` (the same messages posted from the rank's next, ``rank + 1``, round),
-    ``hot`` (the fan-out, its round's hot rank, round ``i``'s ``i mod P``, taking ``hot``
-    times the message from ``senders`` ranks of other nodes, :func:`heavy_senders`: they
-    converge on it, warm, once their other messages are through),
+    ``hot`` (calibrate's :func:`~commbench.model.calibrate.hot_body`: the fan-out, its
+    round's hot rank, round ``i``'s ``i mod P``, taking ``hot`` times the message from
+    ``senders`` ranks of other nodes, all where None; they converge on it, warm, once
+    their other messages are through),
     or ``incast`` (the ranks of other nodes each send ``nbytes / P``, a fan-out's
     message, to one rank, a fan-out's burst into one port at its start; the rank
     taking them is round ``i``'s ``i mod P``, the others idle), receives posted first;
@@ -108,21 +100,9 @@ def pattern_rounds(comm, g: int, pattern: str, nbytes: int, rounds: int, barrier
         return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
     if pattern == "hot":
         part = max(nbytes // p, 1)
-        big = max(int(part * hot), 1)
-        send, recv = np.ones(big, np.uint8), np.empty((p, big), np.uint8)
-
-        def body() -> None:
-            target = turn[0] % p
-            turn[0] += 1
-            heavy = heavy_senders(target, p, g, senders)
-            reqs = [comm.Irecv(recv[s, : big if rank == target and s in heavy else part],
-                               source=s, tag=15) for s in range(p) if s != rank]  # fmt: skip
-            reqs += [comm.Isend(send[: big if d == target and rank in heavy else part],
-                                dest=d, tag=15) for d in range(p) if d != rank]  # fmt: skip
-            MPI.Request.Waitall(reqs)
-
+        body, restart = hot_body(comm, g, senders or p - g, part, max(int(part * hot), 1))
         body()
-        turn[0] = 0
+        restart()
         return rank_rounds(comm, body, rounds, comm.Barrier if barrier == "spin" else None)
     if pattern == "flows":
         to = flow_peers(rank, nodes, g, k)

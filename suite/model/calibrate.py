@@ -488,13 +488,11 @@ def hot_counts(remote: int) -> list[int]:
     return out + [remote] if remote >= 2 else []
 
 
-def _hot(comm, g: int, k: int, extra: int, rounds: int) -> tuple:
-    """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds, ``rounds`` a
-    multiple of the ranks) of a fan-out of :data:`HOT_MESSAGE_BYTES` whose round-i hot
-    rank, i mod P, takes ``extra // k`` more from each of its :func:`heavy_senders`;
-    with the slowest and the median rank's, as :func:`_flows`'s."""
+def hot_body(comm, g: int, k: int, part: int, big: int) -> tuple:
+    """``(body, restart)``: one round of a fan-out of ``part`` bytes a message whose
+    round-i hot rank (i mod P) takes ``big`` from each of its k :func:`heavy_senders`
+    (collective), and what starts the turns again at rank 0."""
     p, rank = comm.size, comm.rank
-    part, big = HOT_MESSAGE_BYTES, HOT_MESSAGE_BYTES + max(extra // k, 1)
     send, recv = np.ones(big, np.uint8), np.empty((p, big), np.uint8)
     turn = [0]
 
@@ -509,8 +507,21 @@ def _hot(comm, g: int, k: int, extra: int, rounds: int) -> tuple:
         for r in reqs:
             r.Wait()
 
+    def restart() -> None:
+        turn[0] = 0
+
+    return body, restart
+
+
+def _hot(comm, g: int, k: int, extra: int, rounds: int) -> tuple:
+    """Every rank's seconds in each of ``rounds`` rounds (ranks x rounds, ``rounds`` a
+    multiple of the ranks) of :func:`hot_body` with :data:`HOT_MESSAGE_BYTES` a message
+    and ``extra // k`` more from each heavy sender; with the slowest and the median
+    rank's, as :func:`_flows`'s."""
+    body, restart = hot_body(comm, g, k, HOT_MESSAGE_BYTES,
+                             HOT_MESSAGE_BYTES + max(extra // k, 1))  # fmt: skip
     body()
-    turn[0] = 0
+    restart()
     every = rank_rounds(comm, body, rounds)
     return float(np.median(every.max(axis=0))), float(np.median(np.median(every, axis=0))), every
 
