@@ -12,7 +12,10 @@ late (:func:`late_counts`, the excesses over the median split where they stand a
 calibrate splits them; each rank's share too), and the ``incast`` pattern, the
 fan-out's burst alone (the ranks of other nodes each sending one fan-out message into
 one port at once), whose receiver's late rounds are a port's chance of a timeout in that
-burst. Printed per pattern and barrier: the median round, the share of (rank, round)
+burst, and the ``hot`` pattern, a fan-out converging on one rank (``--hot`` times the
+message from ``--senders`` ranks of other nodes), whose hot rank's late rounds beside
+the others' give a NIC's chance when its senders overfill it (calibrate's ``hot``
+points). Printed per pattern and barrier: the median round, the share of (rank, round)
 samples late, and the share of rounds with a late rank. On the emulated 4x2 at 1 MiB a
 rank the fan-out patterns read alike (ascending 0.23-0.31 of samples late, from the
 rank's next 0.22-0.29, ``flows`` 0.26-0.34), and an incast's chance rises steeply with
@@ -20,7 +23,8 @@ its length (six senders of 32, 64 and 128 KiB: 0.02-0.11, 0.04-0.33, 0.82-0.96 o
 rounds; docs/model-validation.md, "Fan-out's shortfall on the shallow queue").
 
     python -m commbench.benchmarks.barrier_loss [--nodes 4] [--ranks-per-node 2]
-        [--bytes 1M] [--rounds 30] [--trials 2] [--patterns flows,fanout,rotated,incast]
+        [--bytes 1M] [--rounds 30] [--trials 2]
+        [--patterns flows,fanout,rotated,incast,hot] [--hot 2.0] [--senders K]
 
 (root) brings up its own emulated cluster (prefix ``cbq``, the ``target-shallow``
 queue, ``--nic`` 100mbit), runs and takes it down.
@@ -34,7 +38,7 @@ import numpy as np
 
 from commbench.benchmarks import owncluster
 from commbench.errors import UsageError
-from commbench.model.calibrate import flow_peers, hot_body, rank_rounds, split_late
+from commbench.model.calibrate import flow_peers, hot_body, hot_marks, rank_rounds, split_late
 from commbench.units import format_size, parse_size
 
 PREFIX = "cbq"
@@ -129,7 +133,7 @@ def receivers(every_ms) -> np.ndarray:
     """An ``incast`` pattern's times of the rank that took each round's incast (round
     ``i``'s rank ``i mod P``), one row."""
     t = np.asarray(every_ms, dtype=np.float64)
-    return t[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])][None, :]
+    return t.T[hot_marks(t.shape).T][None, :]  # in round order
 
 
 def report(pattern: str, barrier: str, trial: int, every_ms, nbytes: int) -> str:
@@ -137,8 +141,7 @@ def report(pattern: str, barrier: str, trial: int, every_ms, nbytes: int) -> str
     port's chance; for ``hot`` the hot ranks' share beside the others'."""
     if pattern == "hot":
         t = np.asarray(every_ms, dtype=np.float64)
-        hot = np.zeros(t.shape, dtype=bool)
-        hot[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])] = True
+        hot = hot_marks(t.shape)
         late = late_marks(t)
         return (f"hot    after a {barrier:5s} barrier, trial {trial}: {format_size(nbytes)} a "
                 f"rank, median {np.median(t):7.1f} ms; late by a timeout: the hot rank "

@@ -488,6 +488,15 @@ def hot_counts(remote: int) -> list[int]:
     return out + [remote] if remote >= 2 else []
 
 
+def hot_marks(shape: tuple[int, int]) -> np.ndarray:
+    """Which samples of a ranks x rounds array of ``hot`` (or barrier_loss ``incast``)
+    rounds are the round's hot rank's: round i's rank i mod P."""
+    ranks, rounds = shape
+    marks = np.zeros(shape, dtype=bool)
+    marks[np.arange(rounds) % ranks, np.arange(rounds)] = True
+    return marks
+
+
 def hot_body(comm, g: int, k: int, part: int, big: int) -> tuple:
     """``(body, restart)``: one round of a fan-out of ``part`` bytes a message whose
     round-i hot rank (i mod P) takes ``big`` from each of its k :func:`heavy_senders`
@@ -1017,8 +1026,7 @@ def fit_overfill(points: list[dict], timeout_us: float, nic_GBps: float) -> list
         if q["kind"] != "hot" or not q.get("rank_rounds_us"):
             continue
         t = np.asarray(q["rank_rounds_us"], dtype=np.float64)
-        hot = np.zeros(t.shape, dtype=bool)
-        hot[np.arange(t.shape[1]) % t.shape[0], np.arange(t.shape[1])] = True
+        hot = hot_marks(t.shape)
         base = float(np.median(t[~hot]))
         o = float((t[~hot] > base + timeout_us / 2).mean())
         h = float((t[hot] > base + q["bytes"] / (nic_GBps * 1e3) + timeout_us / 2).mean())
