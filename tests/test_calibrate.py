@@ -1382,20 +1382,10 @@ def test_an_overfilled_nic_costs_its_chance_and_a_timeout_less_what_it_covers():
     charged = a2a_model.fanout(skewed, over).time_us
     assert charged > plain
     # a timeout its other flows cover (120 ms of 140) costs less than a whole one
-    whole = fab.late_by(
-        over,
-        *np.nonzero(skewed),
-        np.zeros(56),
-        np.zeros(p),
-        fab.port_stalls(over, *np.nonzero(skewed), skewed[skewed > 0], p)[:2],
-    )
-    part = fab.late_by(
-        over,
-        *np.nonzero(skewed),
-        np.zeros(56),
-        np.zeros(p),
-        fab.port_stalls(over, *np.nonzero(skewed), skewed[skewed > 0], p),
-    )
+    stalls = fab.port_stalls(over, *np.nonzero(skewed), skewed[skewed > 0], p)
+    flows = (*np.nonzero(skewed), np.zeros(56), np.zeros(p))
+    whole = fab.late_by(over, *flows, (*stalls[:2], np.zeros(p)))
+    part = fab.late_by(over, *flows, stalls)
     cover = 1.75 * (1 << 20) * 6 / 7 / 12.5  # bytes per us
     # rank 0: its NIC's seven flows (0.9 / 7 each) lose less, its own sends a whole one
     assert part[0] == pytest.approx((0.9 * (200_000.0 - cover) + 0.05 * 200_000.0) / 0.95)

@@ -647,17 +647,16 @@ def late_chance(fabric: Fabric, src, dst, nb, p: int, ports=None) -> np.ndarray:
 def late_by(fabric: Fabric, src, dst, end_us, base_us, ports) -> np.ndarray:
     """Per rank, what a timeout adds to its time in a step where it pays one: the flow
     stalled (one of its NIC's k senders', or its own into a NIC it sends to, each as
-    likely as :func:`late_chance` has it from ``ports``, :func:`port_chance`'s or
-    :func:`port_stalls`') ends ``loss_timeout_us`` after its own end, less the NIC's
-    cover where ``ports`` has one (:func:`port_stalls`), which adds only as far as that
+    likely as :func:`late_chance` has it from ``ports``, :func:`port_stalls`') ends
+    ``loss_timeout_us`` after its own end, less its NIC's cover, which adds only as far as that
     outlasts the rank's other flows (``base_us``, per rank): a whole timeout where the
     flows end together (a uniform call), less where the rank waits for a heavier flow
     anyway."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     base = np.asarray(base_us, dtype=np.float64)
     p = base.size
-    chance, senders = ports[:2]
-    lost = fabric.loss_timeout_us - (ports[2][dst] if len(ports) > 2 else 0.0)
+    chance, senders, cover = ports
+    lost = fabric.loss_timeout_us - cover[dst]
     weight = chance[dst] / np.maximum(senders[dst], 1)  # the chance this flow is stalled
     added, weights = np.zeros(p), np.zeros(p)
     for ends in (src, dst):
