@@ -15,7 +15,6 @@ from commbench.kernels.model.fabric import fair_rates, step_finish
 from commbench.kernels.model.flows import (
     expected_joins,
     join_events,
-    oldest_half_weights,
     one_loss_median,
     permutation_steps,
 )
@@ -29,54 +28,36 @@ def fabric(**kw) -> Fabric:
     return Fabric(**{**base, **kw})
 
 
-def test_a_released_sender_shares_its_nic_with_its_next_flow():
-    """Rank 0 sends M to rank 1, then M to rank 2 (one rank per node). With the whole
-    message fitting the buffer it leaves its first step once the receiver has matched
-    (one latency after the flow starts, eager 0), and its next flow starts a latency
-    later, behind the ``queue`` bytes the first has queued on the NIC; once those have
-    left the two split the NIC evenly."""
+def test_a_released_senders_next_flow_waits_behind_its_last():
+    """Rank 0 sends M to rank 1, then M to rank 2 (one rank per node), eager 0. Its
+    first flow's window opens from ``queue`` by every byte sent, so the sender is
+    released once what is left, falling as the window grows, fits it; its next flow
+    starts a latency later and waits until the first has ended (first in, first out)."""
     m, queue = 100_000.0, 30_000.0
     dst = np.array([[1, 2, 0], [2, 0, 1]])
     nb = np.array([[m, 0, 0], [m, 0, 0]])
     fab = fabric(nic_send_buffer_bytes=2 * m, nic_queue_bytes=queue)
     finish = permutation_steps(fab, dst, nb)
     r = RATE * 1e3
-    left = m - 2 * ALPHA * r  # the first ran alone from ALPHA to 3 ALPHA
-    shared = 3 * ALPHA + queue / r  # the queue gone: from here an even split
-    t1 = shared + 2 * (left - queue) / r
-    t2 = t1 + (m - (left - queue)) / r
-    assert finish[1] == pytest.approx(t1)
-    assert finish[2] == pytest.approx(t2)
-    assert finish[0] == pytest.approx(shared + ALPHA)  # its second matched behind the queue
-    # no queue: an even split from the second's start, the sender released a latency on
-    even = permutation_steps(fabric(nic_send_buffer_bytes=2 * m), dst, nb)
-    assert even[1] == pytest.approx(3 * ALPHA + 2 * left / r)
-    assert even[0] == pytest.approx(4 * ALPHA)
-    # a queue longer than what the first has left: first in, first out
-    fifo = permutation_steps(fab.with_(nic_queue_bytes=10 * m), dst, nb)
-    assert fifo[1] == pytest.approx(3 * ALPHA + left / r)
-    assert fifo[2] == pytest.approx(fifo[1] + m / r)
+    opened = (m - queue) / (2 * r)  # from a flow's start until what is left fits
+    first_end = ALPHA + m / r
+    assert finish[1] == pytest.approx(first_end)  # never slowed by the second
+    assert finish[2] == pytest.approx(first_end + m / r)
+    assert finish[0] == pytest.approx(first_end + opened)
+    # alone, the sender leaves once the window has opened, well after the match
+    alone = permutation_steps(fab, dst[:1], nb[:1])
+    assert alone[0] == pytest.approx(ALPHA + opened) and alone[0] > 2 * ALPHA
+    # no queue measured: the window is the whole buffer, released at the match
+    whole = permutation_steps(fabric(nic_send_buffer_bytes=2 * m), dst, nb)
+    assert whole[1] == pytest.approx(first_end)
+    assert whole[0] == pytest.approx(first_end + ALPHA)
+    # the window stops at the buffer: what is left must fall to it
+    capped = permutation_steps(fab.with_(nic_send_buffer_bytes=50_000.0), dst, nb)
+    assert capped[0] == pytest.approx(first_end + (m - 50_000.0) / r)
     # held until its flows end (no buffer): one after the other
     held = permutation_steps(fabric(nic_send_buffer_bytes=0.0), dst, nb)
     assert held[1] == pytest.approx(ALPHA + m / r)
     assert held[0] == held[2] == pytest.approx(held[1] + ALPHA + m / r)
-
-
-def test_the_oldest_flow_keeps_half_of_its_nic():
-    """Three messages from rank 0 to ranks 1, 2, 3 (one rank a node), each posted as the
-    last send returned: while all three send, the first keeps half the NIC."""
-    m = 100_000.0
-    dst = np.array([[1, 0, 2, 3], [2, 1, 0, 3], [3, 1, 2, 0]])  # 0 <-> 1, 2, 3
-    nb = np.zeros((3, 4))
-    nb[:, 0] = m
-    finish = permutation_steps(fabric(nic_send_buffer_bytes=2 * m), dst, nb)
-    r = RATE * 1e3
-    # the first alone from ALPHA to 3 ALPHA, shared evenly with the second until the
-    # third starts at 5 ALPHA, then half of the NIC
-    left = m - 2 * ALPHA * r - ALPHA * r
-    assert finish[1] == pytest.approx(5 * ALPHA + left / (r / 2))
-    assert list(oldest_half_weights(3)) == [1.5, 0.75, 0.75]
-    assert list(oldest_half_weights(1)) == [1.0]
 
 
 def test_a_sender_waits_until_what_is_left_fits_its_buffer():
@@ -252,16 +233,15 @@ def test_bad_schedules_are_refused():
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
-    """Weighted max-min fairness: no constraint is over its cap, and every flow sits in a
-    full constraint where no other flow has a higher rate per weight."""
+    """Max-min fairness: no constraint is over its cap, and every flow sits in a full
+    constraint where no other flow has a higher rate."""
     n = data.draw(st.integers(1, 6))
     k = data.draw(st.integers(1, 5))
     members = [
         np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))) for _ in range(k)
     ]
     caps = np.array(data.draw(st.lists(st.floats(0.5, 10.0), min_size=k, max_size=k)))
-    w = np.array(data.draw(st.lists(st.floats(0.1, 3.0), min_size=n, max_size=n)))
-    rate = fair_rates(caps, members, n, w)
+    rate = fair_rates(caps, members, n)
     covered = set().union(*(set(m.tolist()) for m in members))
     for i in range(n):
         if i not in covered:
@@ -271,7 +251,7 @@ def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
     for i in covered:
         assert any(
             rate[m].sum() >= cap * (1 - 1e-9)
-            and rate[i] / w[i] >= (rate[m] / w[m]).max() * (1 - 1e-9)
+            and rate[i] >= rate[m].max() * (1 - 1e-9)
             for cap, m in zip(caps, members, strict=True)
             if i in m
         )

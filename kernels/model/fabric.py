@@ -180,10 +180,11 @@ class Fabric:
     #: default: a send returns when its flow ends. Spread-out and pairwise all-to-allv
     #: run flow by flow where it is set (:mod:`~commbench.kernels.model.flows`)
     nic_send_buffer_bytes: float = 0.0
-    #: bytes a new flow finds queued ahead of it on its sender's NIC while older flows of
-    #: that sender still send (at most what they have left): they leave first, then the
-    #: flows share the NIC evenly (with three or more the oldest half); 0, the default:
-    #: an even split at once. Used where ``nic_send_buffer_bytes`` is set
+    #: the window a flow between nodes has open once its first fragment is through (the
+    #: bytes its sender's kernel holds; it opens by every byte sent after, up to
+    #: ``nic_send_buffer_bytes``, and the sender is released once what is left fits it);
+    #: 0, the default: the whole buffer from the start. Used where
+    #: ``nic_send_buffer_bytes`` is set (:mod:`~commbench.kernels.model.flows`)
     nic_queue_bytes: float = 0.0
     #: the share of a NIC's rate NVRAR's LL8 cells carry as payload: NCCL's LL ring
     #: efficiency (1/4) where GPU threads store the cells; 1/2 (4 payload bytes in an
@@ -536,13 +537,11 @@ def shared_cap_us(nbytes, alone_us, cap: float, stretch=None) -> np.ndarray:
     return ends
 
 
-def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None) -> np.ndarray:
+def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int) -> np.ndarray:
     """Max-min fair rates of ``n`` flows under constraints: constraint i lets the flows
     ``members[i]`` together move at most ``caps[i]`` (progressive filling: raise every
-    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat),
-    flow j's rate ``weights[j]`` times the common level (default 1 each). A flow in no
-    constraint gets ``inf``."""
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    unfrozen flow's rate together until a constraint is full, freeze its flows, repeat).
+    A flow in no constraint gets ``inf``."""
     incidence = np.zeros((len(members), n))
     for i, m in enumerate(members):
         incidence[i, m] = 1.0
@@ -550,8 +549,8 @@ def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None
     frozen = np.zeros(n, dtype=bool)
     left = np.asarray(caps, dtype=np.float64).copy()
     while True:
-        counts = incidence @ np.where(frozen, 0.0, w)
-        live = (incidence @ ~frozen) > 0
+        counts = incidence @ ~frozen
+        live = counts > 0
         if not live.any():
             return rate
         share = np.full(len(members), math.inf)
@@ -559,7 +558,7 @@ def fair_rates(caps: np.ndarray, members: list[np.ndarray], n: int, weights=None
         i = int(np.argmin(share))
         level = max(float(share[i]), 0.0)
         pick = (incidence[i] > 0) & ~frozen
-        rate[pick] = level * w[pick]
+        rate[pick] = level
         frozen |= pick
         left -= incidence[:, pick] @ rate[pick]
 

@@ -71,9 +71,9 @@ class FabricTable(BaseModel):
       ``scaleout_send_buffer_bytes`` (bytes of a message between nodes still on their way
       when the host's send returns: socket and NIC queue, measured by ``commbench
       calibrate``; None: a send returns when its bytes have arrived) and
-      ``scaleout_queue_bytes`` (what such a message still has queued on its NIC ahead of
-      the next one its sender starts: those bytes leave first, then the two share the NIC
-      evenly); ``loss_timeout_us`` (what a round of loss recovery costs where a switch
+      ``scaleout_queue_bytes`` (what such a message has queued on its NIC once its first
+      fragment is through: the window its sender's kernel holds then, which opens by
+      every byte sent after, up to the send buffer); ``loss_timeout_us`` (what a round of loss recovery costs where a switch
       port drops: a retransmission timeout, measured by ``commbench calibrate`` on a lossy
       fabric; used in the ``lossy`` case only, in place of ``incast_lossy``'s multiplier)
       and ``loss_late`` (``[[senders, chance, bytes per NIC], ...]``: the chance that a

@@ -2,12 +2,12 @@
 
 :func:`~commbench.kernels.model.fabric.step_finish` holds a sender in its step until its
 flow ends. A host MPI's send over TCP returns earlier: once the receiver has matched it
-(the first fragment there and its acknowledgement back) and the rest fits in the
-kernel's buffers (socket and NIC queue, ``nic_send_buffer_bytes``). The sender then
-starts its next step while its NIC still carries the rest of the last message, so the
-two share the NIC and the first receiver waits longer. Steps chained per rank cannot
-express that; this module runs the flows in time instead (a fluid model: between
-events every flow moves at its max-min fair share of the ports it crosses).
+(the first fragment there and its acknowledgement back) and the rest fits in what the
+kernel holds for the flow (socket and NIC queue). The sender then starts its next step
+while its NIC still carries the rest of the last message, and its next flow waits behind
+that rest. Steps chained per rank cannot express that; this module runs the flows in
+time instead (a fluid model: between events every flow moves at its max-min fair share
+of the ports it crosses).
 
 A schedule here is ``P - 1`` (or any number of) permutation steps, as spread-out and
 Open MPI's pairwise all-to-allv run them: at step k rank r sends ``nbytes[k][r]`` to
@@ -15,17 +15,24 @@ Open MPI's pairwise all-to-allv run them: at step k rank r sends ``nbytes[k][r]`
 has left step k - 1 (``stage_us`` plus ``msg_us`` per message later); a flow starts one
 latency after both of its ranks have posted (a rendezvous); a rank leaves the step when
 its receive has ended and its send is released: a flow inside a node at its end, one
-between nodes once at most ``nic_send_buffer_bytes`` are left and its first
-``nic_eager_bytes`` (the fragment the receiver matches) have crossed and been
-acknowledged (one latency). A flow between nodes that starts while its sender's older
-flows still send first waits for the ``nic_queue_bytes`` they have queued on the NIC
-(at most what they have left; first in, first out). Rates (max-min fair): each NIC and
-each scale-up port serves its flows (each direction on its own) at its rate (a NIC
-sending three or more flows gives the oldest half: :func:`oldest_half_weights`), a flow
-between nodes is capped by ``exchange_GBps`` while its reverse flows too, one inside a
-node by ``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
+between nodes once its first ``nic_eager_bytes`` (the fragment the receiver matches)
+have crossed and been acknowledged (one latency) and what is left fits its window. The
+window opens as the flow is acknowledged, as TCP's does: ``nic_queue_bytes`` once the
+first fragment is through, and every byte sent after it, up to ``nic_send_buffer_bytes``
+(a fabric without the queue measured: the whole buffer from the start). A NIC sends its
+flows first in, first out: a flow between nodes that starts while its sender's older
+flows still send waits until they have ended. Rates (max-min fair): each NIC and each
+scale-up port serves its flows (each direction on its own) at its rate, a flow between
+nodes is capped by ``exchange_GBps`` while its reverse flows too, one inside a node by
+``scaleup_peer_GBps``, and all flows between nodes together by the fabric cap
 (:meth:`Fabric.cap_GBps` at the flows each sending NIC carries and their bytes). Incast
 does not arise: a rank receives one flow at a time.
+
+Measured on the emulated cluster (docs/model-validation.md, "A NIC sends its flows in
+turn"): in a spread-out on the skewed trace the flows into the busiest receivers ran at
+the NIC's full rate while their senders' next flows waited, and a sender left its first
+step 20-44 ms into a 400-800 KiB flow; the 4 MiB ``release`` point of ``commbench
+calibrate`` gives the buffer and its ``overlap`` point the queue.
 """
 
 from __future__ import annotations
@@ -40,17 +47,6 @@ from commbench.kernels.model.fabric import Fabric, fair_rates
 _BYTES_PER_US = 1e3
 #: a flow this close to its end (bytes) has ended: the float sums of a fluid model
 _EPS_BYTES = 1e-6
-
-
-def oldest_half_weights(n: int) -> np.ndarray:
-    """Weights of ``n`` flows leaving one NIC, oldest first: the oldest keeps half of
-    it against all the newer together, which share the other half evenly (measured on
-    the emulated cluster: with two, three or four messages sent one after the other the
-    first arrived as late as with two, the others together), summing to ``n`` so that
-    against other NICs' flows (weight 1) they count as ``n`` flows."""
-    if n < 2:
-        return np.ones(n)
-    return np.array([n / 2] + [n / (2 * (n - 1))] * (n - 1))
 
 
 def permutation_steps(
@@ -215,74 +211,49 @@ class _Run:
         self.now = 0.0
 
     def run(self) -> np.ndarray:
-        fabric, buffer = self.fabric, self.fabric.nic_send_buffer_bytes
+        fabric = self.fabric
         while self.posts or self.flows:
             now = self.now
             started = [key for key, f in self.flows.items() if f["start"] <= now]
-            for key in started:
-                self._queue_behind(key)
-            keys = [key for key in started if self._through(key)]
+            keys = [key for key in started if not self._older(key)]
             for key in keys:  # the first fragment through: matched, acknowledged later
                 f = self.flows[key]
                 if math.isinf(f["matched"]) and f["size"] - f["left"] >= f["eager"] - _EPS_BYTES:
                     f["matched"] = now + (fabric.nic_us if f["cross"] else 0.0)
             rates = _rates(fabric, [self.flows[key] for key in keys])
-            rate_of = dict(zip(keys, rates, strict=True))
-            queued = {key: self._ahead_rate(key, rate_of) for key in started if key not in rate_of}
             starts = [f["start"] for f in self.flows.values() if f["start"] > now]
             horizon = min([t for t, _ in self.posts[:1]] + starts, default=math.inf)
             for key, rate in zip(keys, rates, strict=True):
-                horizon = min(horizon, now + self._next_change(key, rate, buffer))
-            for key, drain in queued.items():
-                if drain > 0:
-                    horizon = min(horizon, now + self.flows[key]["ahead"] / drain)
+                horizon = min(horizon, now + self._next_change(key, rate))
             if not math.isfinite(horizon):
                 raise RuntimeError("flow model stalled: a step waits for a flow that never starts")
             for key, rate in zip(keys, rates, strict=True):
                 f = self.flows[key]
                 f["left"] = 0.0 if math.isinf(rate) else f["left"] - rate * (horizon - now)
-            for key, drain in queued.items():
-                self.flows[key]["ahead"] -= drain * (horizon - now)
             self.now = horizon
             while self.posts and self.posts[0][0] <= horizon:
                 self._post(heapq.heappop(self.posts)[1])
             for (s, k), f in list(self.flows.items()):
                 if f["start"] <= horizon:
-                    self._settle(s, k, f, buffer)
+                    self._settle(s, k, f)
         return self.finish
 
     def _older(self, key) -> list:
-        """The flows leaving the same NIC as ``key`` from earlier steps."""
+        """The flows between nodes leaving the same NIC as ``key`` from earlier steps (it
+        waits for them: first in, first out)."""
         f = self.flows[key]
         return [k for k, g in self.flows.items()
                 if g["src"] == f["src"] and g["cross"] and g["step"] < f["step"]]  # fmt: skip
 
-    def _queue_behind(self, key) -> None:
-        """On its start, what a flow between nodes finds queued ahead of it on its
-        sender's NIC: the older flows' next ``nic_queue_bytes`` (at most what they have
-        left), which leave before its first byte."""
-        f = self.flows[key]
-        if f["ahead"] is not None:
-            return
-        f["ahead"] = 0.0
-        if f["cross"] and self.fabric.nic_queue_bytes > 0:
-            left = sum(self.flows[k]["left"] for k in self._older(key))
-            f["ahead"] = min(self.fabric.nic_queue_bytes, left)
+    def _window(self, f: dict) -> float:
+        """The bytes of a flow between nodes its sender's kernel may hold: the sender is
+        released once what is left fits (see the module docstring)."""
+        buffer, queue = self.fabric.nic_send_buffer_bytes, self.fabric.nic_queue_bytes
+        if queue <= 0:
+            return buffer
+        return min(buffer, queue + max(f["size"] - f["left"] - f["eager"], 0.0))
 
-    def _through(self, key) -> bool:
-        """Whether nothing is queued ahead of the flow any more (its older flows may end
-        with a rounding's worth of bytes still counted ahead)."""
-        f = self.flows[key]
-        if f["ahead"] > _EPS_BYTES and self._older(key):
-            return False
-        f["ahead"] = 0.0
-        return True
-
-    def _ahead_rate(self, key, rate_of: dict) -> float:
-        """How fast the bytes queued ahead of a waiting flow leave (its older flows' rates)."""
-        return sum(rate_of.get(k, 0.0) for k in self._older(key))
-
-    def _next_change(self, key, rate: float, buffer: float) -> float:
+    def _next_change(self, key, rate: float) -> float:
         """Time until the flow ``key`` ends, crosses its eager fragment, is matched or
         leaves its sender (a rate change or a release)."""
         f = self.flows[key]
@@ -293,16 +264,23 @@ class _Run:
         if sent < f["eager"] - _EPS_BYTES:
             until = min(until, (f["eager"] - sent) / rate)
         if self.send_open[key[0]] and f["cross"] and self.step[key[0]] == key[1]:
-            if f["left"] > buffer + _EPS_BYTES:
-                until = min(until, (f["left"] - buffer) / rate)
+            window, buffer = self._window(f), self.fabric.nic_send_buffer_bytes
+            if f["left"] > window + _EPS_BYTES:
+                if window < buffer - _EPS_BYTES and sent >= f["eager"] - _EPS_BYTES:
+                    # what is left falls as the window opens, both at the flow's rate
+                    until = min(until, (f["left"] - window) / (2 * rate), (buffer - window) / rate)
+                else:
+                    until = min(until, (f["left"] - window) / rate)
             if self.now < f["matched"] < math.inf:
                 until = min(until, f["matched"] - self.now)
         return until
 
-    def _settle(self, s: int, k: int, f: dict, buffer: float) -> None:
+    def _settle(self, s: int, k: int, f: dict) -> None:
         """Release the sender and end the receive of flow (s, k) where they are due."""
         done = f["left"] <= _EPS_BYTES
-        released = f["cross"] and f["left"] <= buffer + _EPS_BYTES and f["matched"] <= self.now
+        released = (
+            f["cross"] and f["left"] <= self._window(f) + _EPS_BYTES and f["matched"] <= self.now
+        )
         if self.step[s] == k and self.send_open[s] and (done or released):
             self.send_open[s] = False
             self._leave_if_done(s)
@@ -340,8 +318,7 @@ class _Run:
                 self.flows[(s, k)] = {"src": s, "dst": d, "left": size, "size": size,
                                       "cross": cross,
                                       "start": self.now + alpha + self.delay[k, s],
-                                      "eager": eager, "matched": math.inf, "step": k,
-                                      "ahead": None}  # fmt: skip
+                                      "eager": eager, "matched": math.inf, "step": k}  # fmt: skip
         self._leave_if_done(r)
 
 
@@ -377,13 +354,7 @@ def _rates(fabric: Fabric, running: list[dict]) -> np.ndarray:
         if not cross[i] and fabric.scaleup_peer_GBps < fabric.scaleup_GBps:
             caps.append(fabric.scaleup_peer_GBps * _BYTES_PER_US)
             members.append(idx[i : i + 1])
-    weights = np.ones(n)
-    for s in np.unique(src[cross]):
-        mine = np.flatnonzero(cross & (src == s))
-        if mine.size > 2:
-            order = mine[np.argsort([running[i]["step"] for i in mine], kind="stable")]
-            weights[order] = oldest_half_weights(mine.size)
-    rates = fair_rates(np.array(caps), members, n, weights)
+    rates = fair_rates(np.array(caps), members, n)
     if senders > 1 and fabric.fabric_tail:  # the tail of that many NICs at once
         rates[cross] /= fabric.stretch(senders, *per_nic)
     return rates

@@ -78,7 +78,8 @@ Nothing is taken from the collectives the profile is used to predict. The points
     the first still had queued on the NIC ahead of the second, ``scaleout_queue_bytes``
     (those bytes leave first, then the two split the NIC evenly: from its bytes left at
     the release, at the rate it had alone, and the time it then took; 0 where it took
-    an even split's time or more).
+    an even split's time or more). The model reads it as the window a flow has open
+    once its first fragment is through (:mod:`commbench.kernels.model.flows`).
 ``incast``
     k ranks on other nodes send ``--incast-bytes`` each to rank 0 at once (k = 1, 2, 4,
     ...): the time over k single streams' gives the incast coefficient.
