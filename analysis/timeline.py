@@ -15,7 +15,9 @@ per point and kind (the report's table); :func:`figure_8` draws one call per poi
 Gantt chart, one row per rank; :func:`exchange_lateness` lines up the two ranks of each
 exchange of a butterfly (how late the partner came, what the exchange took once both
 were in) and :func:`lateness_table` sums that up per point (``python -m
-commbench.benchmarks.lateness`` prints it).
+commbench.benchmarks.lateness`` prints it); :func:`rank_step_ends` lines up when each rank
+left each step (``python -m commbench.benchmarks.step_ends`` prints it beside the flow
+model's).
 """
 
 from __future__ import annotations
@@ -241,6 +243,26 @@ def stall_table(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
                      x.min() if len(x) else math.nan, x.median() if len(x) else math.nan,
                      x.max() if len(x) else math.nan, nodes or "-", ranks or "-"))  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
+
+
+def rank_step_ends(spans: pd.DataFrame) -> pd.DataFrame:
+    """When each rank left each step of each call: per point, call, rank and step (0, 1,
+    ...) the end of its last span in that step, ``end_us`` after the call's first span
+    of a step on any rank. The ranks are lined up by ``loop_start_us``, one machine's
+    clock (the emulated cluster's ranks; those of several machines do not line up)."""
+    cols = ("run_id", "point", "impl", "size_bytes", "call", "rank", "step", "end_us")
+    s = spans[spans["step"] >= 0]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    if s["loop_start_us"].isna().any():
+        raise ValueError("spans without loop_start_us (written before it): the ranks cannot "
+                         "be lined up; record them again with commbench run ... --timeline")  # fmt: skip
+    key = ["run_id", "point", "impl", "size_bytes", "call"]
+    t = s.assign(start=s["loop_start_us"] + s["start_us"], end=s["loop_start_us"] + s["end_us"])
+    first = t.groupby(key)["start"].min().rename("first")
+    ends = t.groupby([*key, "rank", "step"])["end"].max().reset_index().join(first, on=key)
+    ends["end_us"] = ends["end"] - ends["first"]
+    return ends[list(cols)].reset_index(drop=True)
 
 
 def median_call(spans: pd.DataFrame) -> int:

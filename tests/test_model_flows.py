@@ -17,6 +17,7 @@ from commbench.kernels.model.flows import (
     join_events,
     one_loss_median,
     permutation_steps,
+    step_ends,
 )
 
 ALPHA = 100.0
@@ -58,6 +59,17 @@ def test_a_released_senders_next_flow_waits_behind_its_last():
     held = permutation_steps(fabric(nic_send_buffer_bytes=0.0), dst, nb)
     assert held[1] == pytest.approx(ALPHA + m / r)
     assert held[0] == held[2] == pytest.approx(held[1] + ALPHA + m / r)
+
+
+def test_step_ends_are_each_ranks_steps_in_order_the_last_its_finish():
+    p, m = 4, 50_000.0
+    fab = fabric(nic_send_buffer_bytes=2 * m, nic_queue_bytes=m / 4, msg_us=3.0)
+    nb = np.full((p - 1, p), m)
+    nb[1, 2] = 4 * m  # one heavy flow
+    ends = step_ends(fab, _shifts(p), nb)
+    assert ends.shape == (p - 1, p) and (np.diff(ends, axis=0) >= 0).all()
+    assert ends[-1] == pytest.approx(permutation_steps(fab, _shifts(p), nb))
+    assert step_ends(fab, np.zeros((0, p), dtype=int), np.zeros((0, p))).shape == (0, p)
 
 
 def test_a_sender_waits_until_what_is_left_fits_its_buffer():
@@ -250,8 +262,7 @@ def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
         assert rate[m].sum() <= cap * (1 + 1e-9)
     for i in covered:
         assert any(
-            rate[m].sum() >= cap * (1 - 1e-9)
-            and rate[i] >= rate[m].max() * (1 - 1e-9)
+            rate[m].sum() >= cap * (1 - 1e-9) and rate[i] >= rate[m].max() * (1 - 1e-9)
             for cap, m in zip(caps, members, strict=True)
             if i in m
         )

@@ -18,6 +18,7 @@ from commbench.analysis.timeline import (
     figure_8,
     lateness_table,
     load_timeline,
+    rank_step_ends,
     stall_table,
     timeline_breakdown,
     wait_stalls,
@@ -35,6 +36,7 @@ CASES = (
     ("alltoallv", "fast", ["-b", "16K", "-e", "16K", "--workload", "zipf:0.8"]),
     ("alltoallv", "fast+sched", ["-b", "16K", "-e", "16K", "--workload", "zipf:0.8"]),
     ("alltoallv", "pxn", ["-b", "16K", "-e", "16K", "--workload", "random@3"]),
+    ("alltoallv", "spreadout", ["-b", "16K", "-e", "16K", "--workload", "zipf:0.8"]),
 )
 DRIVER_RUNS = {
     **{f"timeline/{impl}": (8, [coll, "--impl", impl, "--gpus-per-node", "4", *extra,
@@ -65,7 +67,7 @@ def latency(driver_runs):
 
 def test_timeline_file_is_named_in_every_record(latency):
     points, spans, _ = latency
-    assert len(points) == 1 + 2 + 2 + 1 + 3
+    assert len(points) == 1 + 2 + 2 + 1 + 4
     assert (points["timeline_file"] == "latency.timeline.jsonl").all()
     assert (points["timed_loop"] == "python").all()  # mpi too: the C loop cannot stamp calls
     assert (points["nwrong"] == 0).all()
@@ -294,3 +296,40 @@ def test_a_failed_record_write_leaves_no_timeline_lines(tmp_path, monkeypatch):
     assert len(writer.timeline_path.read_text().splitlines()) == 2
     assert len(writer.raw_path.read_text().splitlines()) == 1
     assert pd.read_json(writer.timeline_path, lines=True)["call"].tolist() == [0, 1]
+
+
+def test_rank_step_ends_line_the_ranks_up_by_their_loop_start():
+    """Rank 1's loop started 10 us after rank 0's: its step ends count from rank 0's
+    first span, the call's first on any rank."""
+    rows = [dict(run_id="r", point=0, impl="spreadout", size_bytes=8, call=0, rank=rank,
+                 step=step, kind="wait", start_us=a, end_us=b, loop_start_us=start)
+            for rank, start, spans in ((0, 1000.0, ((0, 0, 50), (1, 50, 80))),
+                                       (1, 1010.0, ((0, 0, 30), (1, 30, 100))))
+            for step, a, b in spans]  # fmt: skip
+    got = rank_step_ends(pd.DataFrame(rows))
+    assert got[["rank", "step", "end_us"]].values.tolist() == [
+        [0, 0, 50.0], [0, 1, 80.0], [1, 0, 40.0], [1, 1, 110.0]]  # fmt: skip
+    rows[0]["loop_start_us"] = None
+    with pytest.raises(ValueError, match="loop_start_us"):
+        rank_step_ends(pd.DataFrame(rows))
+
+
+def test_step_ends_prints_each_ranks_steps_beside_the_model(latency, driver_runs, capsys):
+    """A recorded spread-out (8 ranks, 7 steps): every rank leaves its steps in order,
+    and the report has a measured and a modelled row per rank."""
+    _, spans, _ = latency
+    ends = rank_step_ends(spans[spans["impl"] == "spreadout"])
+    assert set(ends["step"]) == set(range(7))
+    for _, part in ends.groupby(["run_id", "point", "call", "rank"]):
+        assert part.sort_values("step")["end_us"].is_monotonic_increasing
+    from commbench.benchmarks import step_ends
+
+    path = driver_runs.tmp / "timeline" / "latency.jsonl"
+    assert step_ends.main([str(path), "--system", "local"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# zipf:0.8 16384 B a rank, 2x4, call ")
+    assert sum(line.split()[0] == "model" for line in out) == 8
+    assert all(len(line.split()) == 8 for line in out[2:])  # a label and 7 steps
+    with pytest.raises(SystemExit) as stop:
+        step_ends.main([str(path), "--call", "9"])
+    assert stop.value.code == 2 and "no call 9" in capsys.readouterr().err

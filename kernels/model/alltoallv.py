@@ -242,6 +242,16 @@ def mpi(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     return Prediction("mpi", pred.rank_finish_us, pred.lower_bound_us, {**pred.info, "algo": algo})
 
 
+def spreadout_steps(traffic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spread-out's permutation steps of a P x P traffic matrix: ``(dst, nbytes)``, each
+    (P - 1) x P, step k (from 0) sending rank r's bytes to ``(r + k + 1) mod P``."""
+    d = np.asarray(traffic)
+    p = d.shape[0]
+    ranks = np.arange(p)
+    shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p
+    return shifts, d[ranks[None, :], shifts]
+
+
 def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     """Shifted round-robin: step k sends to ``(r + k) mod P``. Where the fabric's sends
     return with bytes still on their way (``nic_send_buffer_bytes``), flow by flow
@@ -254,9 +264,8 @@ def spreadout(traffic: np.ndarray, fabric: Fabric) -> Prediction:
     d, lb, info = _bounds(traffic, fabric)
     p = d.shape[0]
     ranks = np.arange(p)
-    shifts = (ranks[None, :] + np.arange(1, p)[:, None]) % p  # (P - 1) x P
+    shifts, nb = spreadout_steps(d)
     if fabric.nic_send_buffer_bytes > 0 and p > 1:
-        nb = d[ranks[None, :], shifts]
         if fabric.loss_timeout_us > 0:
             lossy = expected_joins if fabric.loss_late else one_loss_median
             ready, runs = lossy(fabric, shifts, nb)

@@ -53,7 +53,17 @@ def permutation_steps(
     fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray, delay_us: np.ndarray | None = None
 ) -> np.ndarray:
     """Per-rank finish times (µs) of the permutation steps ``dst[k][r]`` /
-    ``nbytes[k][r]`` (K x P arrays; see the module docstring), every rank starting at 0.
+    ``nbytes[k][r]`` (K x P arrays; see the module docstring), every rank starting at 0:
+    the last row of :func:`step_ends`."""
+    ends = step_ends(fabric, dst, nbytes, delay_us)
+    return ends[-1] if len(ends) else np.zeros(np.shape(dst)[1])
+
+
+def step_ends(
+    fabric: Fabric, dst: np.ndarray, nbytes: np.ndarray, delay_us: np.ndarray | None = None
+) -> np.ndarray:
+    """When each rank leaves each of the permutation steps ``dst[k][r]`` /
+    ``nbytes[k][r]`` (K x P, µs; see the module docstring), every rank starting at 0.
     Zero-byte and self flows cost nothing and post no message. ``delay_us[k][r]``: how
     much later than its rendezvous the flow of rank r in step k starts (a lost first
     burst waiting for its retransmission; default none)."""
@@ -64,8 +74,6 @@ def permutation_steps(
             f"dst and nbytes must be K x P arrays of one shape ({dst.shape}, {nb.shape})"
         )
     nsteps, p = dst.shape
-    if not nsteps:
-        return np.zeros(p)
     for k in range(nsteps):
         if not np.array_equal(np.sort(dst[k]), np.arange(p)):
             raise ValueError(f"step {k}: dst is not a permutation of the {p} ranks")
@@ -76,6 +84,8 @@ def permutation_steps(
     delay = np.zeros(dst.shape) if delay_us is None else np.asarray(delay_us, dtype=np.float64)
     if delay.shape != dst.shape or not (delay >= 0).all():
         raise ValueError(f"delay_us must be a K x P array of times >= 0 (got shape {delay.shape})")
+    if not nsteps:
+        return np.zeros((0, p))
     sim = _Run(fabric, dst, nb, src, real, overhead, delay)
     return sim.run()
 
@@ -204,7 +214,7 @@ class _Run:
         self.posted = np.zeros(p, dtype=bool)  # has posted its current step
         self.send_open = np.zeros(p, dtype=bool)
         self.recv_open = np.zeros(p, dtype=bool)
-        self.finish = np.zeros(p)
+        self.ends = np.zeros(dst.shape)
         self.flows: dict[tuple[int, int], dict] = {}  # (sender, step) -> its flow
         self.posts = [(float(overhead[0, r]), r) for r in range(p)]  # (time, rank) heap
         heapq.heapify(self.posts)
@@ -236,7 +246,7 @@ class _Run:
             for (s, k), f in list(self.flows.items()):
                 if f["start"] <= horizon:
                     self._settle(s, k, f)
-        return self.finish
+        return self.ends
 
     def _older(self, key) -> list:
         """The flows between nodes leaving the same NIC as ``key`` from earlier steps (it
@@ -294,11 +304,10 @@ class _Run:
         if self.send_open[r] or self.recv_open[r]:
             return
         k = int(self.step[r]) + 1
+        self.ends[k - 1, r] = self.now
         self.step[r] = k
         self.posted[r] = False
-        if k == self.nsteps:
-            self.finish[r] = self.now
-        else:
+        if k < self.nsteps:
             heapq.heappush(self.posts, (self.now + float(self.overhead[k, r]), r))
 
     def _post(self, r: int) -> None:
