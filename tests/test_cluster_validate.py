@@ -355,3 +355,44 @@ def test_the_points_out_say_whether_the_model_lies_in_their_reading_s_interval(t
     assert "| mpi | uniform | 1M | 1.20 | x1.11 | 170.00-250.00 | yes |" in text
     assert "| fast | uniform | 1M | 0.50 | x1.11 | - | - |" in text
     assert "1 of the 3 have the model inside their reading's 95 % interval" in text
+
+
+def test_a_model_that_fails_leaves_the_measured_points(tmp_path, monkeypatch, capsys):
+    """No cluster (its steps stubbed): the model of a shape runs past its timeout, and
+    the run keeps the shape's measured points, unmodelled, says so in one line and goes
+    on (the second calibration failing too)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    calls = []
+
+    def calibrate(prefix, out, *rest):
+        calls.append(out.name)
+        if len(calls) > 1:
+            raise RuntimeError("calibrate: exit 1")
+        return out
+
+    def modelled(*_args):
+        raise subprocess.TimeoutExpired(["commbench", "simulate"], 900)
+
+    rec = dict(collective="alltoallv", workload="uniform", size_bytes=1 << 20,
+               impl="spreadout", time_us=100e3, nwrong=0)  # fmt: skip
+    monkeypatch.setattr(validate, "load_emulated_profile", lambda name: SimpleNamespace(
+        cluster_spec=lambda *a, **k: None, nic_mbit=lambda shm: 100.0))  # fmt: skip
+    monkeypatch.setattr(validate, "netns", SimpleNamespace(
+        state_dir=lambda prefix: tmp_path, namespaces_with_prefix=lambda prefix: [],
+        up=lambda spec, folder: None, remove=lambda prefix, folder: None))  # fmt: skip
+    monkeypatch.setattr(validate, "calibrate", calibrate)
+    monkeypatch.setattr(validate, "measure", lambda *a: [rec])
+    monkeypatch.setattr(validate, "modelled", modelled)
+    args = SimpleNamespace(prefix="t", tcp_congestion=None, out=tmp_path, passes=1, timeout=10,
+                           lossy_fabric_bytes=None, fabric_bytes=None, pool_steps=False,
+                           rounds=1, iters=5, ar_iters=5, seed=7)  # fmt: skip
+    kept: list[dict] = []
+    jobs = [("alltoallv", ["spreadout"], [1 << 20], ["uniform"])]
+    validate.run_cluster(2, 4, "shallow", 10.0, jobs, args, kept)
+    assert [(r["impl"], r["measured_us"], r["model_us"]) for r in kept] == [
+        ("spreadout", 100e3, None)]  # fmt: skip
+    out = capsys.readouterr().out
+    assert "2x4-shallow alltoallv: the model failed" in out
+    assert "the second calibration failed" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 
 import numpy as np
 import pytest
@@ -266,3 +267,28 @@ def test_fair_rates_fill_every_flow_to_a_full_constraint(data):
             for cap, m in zip(caps, members, strict=True)
             if i in m
         )
+
+
+def test_a_timeout_of_seconds_does_not_stall_the_clock():
+    """A 2x4 uniform spread-out at 1 MiB a rank on the constants of one emulated shallow
+    calibration, one flow 31.4 s late (the timeout that calibration read: a connection's
+    SYN retried five times): there an in-node flow's last rounding's worth of bytes ends
+    closer than the float clock's resolution, which once kept the model from ending."""
+
+    def stalled(*_):
+        raise TimeoutError("the flow model did not end in 30 s")
+
+    fab = Fabric(gpus_per_node=4, nic_GBps=0.012007, nic_us=66.809, scaleup_GBps=2.5035,
+                 scaleup_us=22.34, msg_us=1.3701, nic_eager_bytes=32768.0,
+                 nic_send_buffer_bytes=1025000.0, nic_queue_bytes=270860.0)  # fmt: skip
+    dst, nb = a2a_model.spreadout_steps(np.full((8, 8), 131072))
+    delay = np.zeros(dst.shape)
+    delay[1, 3] = 31.416e6
+    previous = signal.signal(signal.SIGALRM, stalled)
+    signal.alarm(30)
+    try:
+        finish = permutation_steps(fab, dst, nb, delay)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert 31.416e6 < finish.max() < 31.416e6 + 1e6

@@ -47,6 +47,10 @@ from commbench.kernels.model.fabric import Fabric, fair_rates
 _BYTES_PER_US = 1e3
 #: a flow this close to its end (bytes) has ended: the float sums of a fluid model
 _EPS_BYTES = 1e-6
+#: the least step of the clock (µs): at a call's time plus a timeout of seconds an event
+#: a rounding's worth of bytes away is closer than the float's resolution and would not
+#: move it; a picosecond does, up to 1000 s of modelled time
+_MIN_STEP_US = 1e-6
 
 
 def permutation_steps(
@@ -237,6 +241,7 @@ class _Run:
                 horizon = min(horizon, now + self._next_change(key, rate))
             if not math.isfinite(horizon):
                 raise RuntimeError("flow model stalled: a step waits for a flow that never starts")
+            horizon = max(horizon, now + _MIN_STEP_US)  # an event too close to move a float clock
             for key, rate in zip(keys, rates, strict=True):
                 f = self.flows[key]
                 f["left"] = 0.0 if math.isinf(rate) else f["left"] - rate * (horizon - now)

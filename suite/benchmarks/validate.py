@@ -312,8 +312,13 @@ def run_cluster(nodes: int, rpn: int, queue: str, shm: float, jobs: list, args,
                 print(f"  {tag}: step costs pooled over {len(updates)} updates: "
                       + ", ".join(f"{k} {v:g}" for k, v in pooled.items()), flush=True)  # fmt: skip
             calls = args.ar_iters if collective == "allreduce" else args.iters
-            model = modelled(used, collective, nodes, impls, sizes, workloads, args.seed,
-                             args.out / f"model-{tag}-{collective}.jsonl", calls)  # fmt: skip
+            try:
+                model = modelled(used, collective, nodes, impls, sizes, workloads, args.seed,
+                                 args.out / f"model-{tag}-{collective}.jsonl", calls)  # fmt: skip
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:  # measured rows kept
+                print(f"  {tag} {collective}: the model failed, its points have none "
+                      f"(--tables --remodel models them again): {exc}", flush=True)  # fmt: skip
+                model = []
             rows = with_intervals(rows_of(shape, queue, measured, model,
                                           used.name if updates else None), args.out)  # fmt: skip
             kept += rows
