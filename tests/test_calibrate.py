@@ -888,6 +888,14 @@ def test_a_lossy_fit_measures_the_timeout_and_each_ports_chance_of_one():
     assert "rank rounds" in why["loss_timeout_us"] and "senders" in why["loss_late"]
     assert "fabric_flows_GBps" not in c  # the k = 2 point lost packets: k = 1 alone
     assert c["fabric_GBps"] == pytest.approx(0.02, rel=1e-3)
+    # a round late by a connection's SYN sent again (31 s) is neither a timeout nor late
+    syn = [{**q, "rank_rounds_us": [[q["rank_rounds_us"][0][0] + 31e6] + q["rank_rounds_us"][0][1:],
+                                    *q["rank_rounds_us"][1:]]} if q["kind"] == "flows" else q
+           for q in pts]  # fmt: skip
+    c_syn, _ = cal.fit(syn, gpus_per_node=2, nranks=4, flow_control="lossy")
+    assert c_syn["loss_timeout_us"] == pytest.approx(rto, rel=0.01)
+    [(_, chance_syn, _)] = c_syn["loss_late"]
+    assert 0 < chance_syn < chance  # 9 late of the 39 rounds kept
     # no round standing apart: no timeout
     quiet, _ = cal.fit(late_rounds(points(cap=0.02, flows={2: 0.015}), {}, rto),
                        gpus_per_node=2, nranks=4, flow_control="lossy")  # fmt: skip

@@ -966,6 +966,11 @@ def port_loss(late: float, k: int) -> float:
     return (lo + hi) / 2
 
 
+#: a round this late (µs) waited for a connection to be made, not for a lost packet:
+#: TCP sends a SYN again after 1 s, where data's first timeout is 200 ms
+CONNECT_LATE_US = 1e6
+
+
 def fit_loss(points: list[dict]) -> tuple[float, list[list[float]]] | None:
     """``(loss_timeout_us, loss_late)`` on a lossy fabric from the ``flows`` points' rank
     rounds, or None where no round stands apart.
@@ -978,13 +983,17 @@ def fit_loss(points: list[dict]) -> tuple[float, list[list[float]]] | None:
     timeout is 200 ms at least, the rounds ~100 ms), the timeout is the upper part's
     median over the lower's (:func:`split_late`), and each point's share of late rounds
     gives its ports' chance of a timeout (:func:`port_loss`): ``[[k, p, bytes per rank],
-    ...]``."""
+    ...]``. A round :data:`CONNECT_LATE_US` or more late is left out of both: it waited
+    for a connection's SYN to be sent again (after 1, 3, 7, 15, 31 s), once in a
+    connection's life, where a port's data timeouts make a round late by less (one
+    emulated calibration read a 31 s round as its timeout, every port's chance 0)."""
     base = {q["bytes"]: _through_us(q) for q in points if q["kind"] == "allnics"}
     flows = [q for q in points
              if q["kind"] == "flows" and q.get("rank_rounds_us") and q["bytes"] in base]  # fmt: skip
     if not flows:
         return None
     excess = [np.asarray(q["rank_rounds_us"], float).ravel() - base[q["bytes"]] for q in flows]
+    excess = [e[e < CONNECT_LATE_US] for e in excess]
     split = split_late(np.concatenate(excess))
     if split is None:
         return None
