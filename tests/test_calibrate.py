@@ -1415,6 +1415,12 @@ def test_the_hot_points_give_a_nics_chance_beside_the_others():
     o = len(late_others) / others.sum()
     assert (k, nbytes) == (3, 1 << 18)
     assert chance == pytest.approx(1 - 0.5 / (1 - o), abs=1e-4)
+    # a round a connection's SYN held 31 s counts neither way
+    syn = rounds.copy()
+    syn[hot[39], 39] += 31e6  # a hot round on time until then
+    [(_, chance_syn, _)] = cal.fit_overfill([{**q, "rank_rounds_us": syn.tolist()}], rto,
+                                            (1 << 18) / 20_000.0 / 1e3)  # fmt: skip
+    assert chance_syn == pytest.approx(1 - (1 - 20 / 39) / (1 - o), abs=1e-4)
     assert cal.fit_overfill([{**q, "kind": "flows"}], rto, 0.0125) == []
     assert cal.heavy_senders(5, 8, 2, 3) == [6, 7, 0]
     assert cal.heavy_senders(1, 8, 4, 2) == [4, 5]

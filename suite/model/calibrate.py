@@ -1030,7 +1030,8 @@ def fit_overfill(points: list[dict], timeout_us: float, nic_GBps: float) -> list
     ``timeout_us`` more than the other ranks' median round (the hot rank: and its extra
     bytes at ``nic_GBps``); with the hot rank late in a share h of its rounds and the
     others in o, a hot NIC's own chance is ``1 - (1 - h) / (1 - o)`` (the hot rank is
-    late by its own NIC or as the others are), at least 0. Empty without ``hot`` points."""
+    late by its own NIC or as the others are), at least 0. Empty without ``hot`` points.
+    A round :data:`CONNECT_LATE_US` or more late is left out, as :func:`fit_loss` does."""
     rows = []
     for q in points:
         if q["kind"] != "hot" or not q.get("rank_rounds_us"):
@@ -1038,8 +1039,10 @@ def fit_overfill(points: list[dict], timeout_us: float, nic_GBps: float) -> list
         t = np.asarray(q["rank_rounds_us"], dtype=np.float64)
         hot = hot_marks(t.shape)
         base = float(np.median(t[~hot]))
-        o = float((t[~hot] > base + timeout_us / 2).mean())
-        h = float((t[hot] > base + q["bytes"] / (nic_GBps * 1e3) + timeout_us / 2).mean())
+        kept = t - base < CONNECT_LATE_US  # as fit_loss: a connection's SYN is no timeout
+        o = float((t[~hot & kept] > base + timeout_us / 2).mean())
+        extra = q["bytes"] / (nic_GBps * 1e3)
+        h = float((t[hot & kept] > base + extra + timeout_us / 2).mean())
         chance = max(1.0 - (1.0 - h) / (1.0 - o), 0.0) if o < 1 else 0.0
         rows.append([q["peers"], _round(chance), q["bytes"]])
     return sorted(rows, key=lambda row: (row[2], row[0]))
