@@ -26,6 +26,7 @@ import pandas as pd
 from commbench.analysis import load_all
 from commbench.analysis.timeline import load_timeline, median_call, rank_step_ends
 from commbench.errors import UsageError
+from commbench.harness.backends.dtypes import parse_dtype
 from commbench.harness.workloads import generate
 from commbench.kernels.model.alltoallv import spreadout_steps
 from commbench.kernels.model.flows import step_ends
@@ -35,10 +36,12 @@ from commbench.model.simulate import fabric_from_profile
 def modelled_ends(point: pd.Series, system: str) -> np.ndarray:
     """The flow model's (P - 1) x P step ends (µs) of a spread-out point's traffic on
     ``system`` (a profile's name or path) at the point's GPUs per node."""
-    g = int(point["gpus_per_node"])
-    fabric = fabric_from_profile(system, g).with_(loss_timeout_us=0.0)
-    unit = np.dtype(point["dtype"]).itemsize
-    seed = None if pd.isna(point["seed"]) else int(point["seed"])
+    fabric = fabric_from_profile(system, int(point["gpus_per_node"]))
+    if not isinstance(point.get("dtype"), str):
+        raise ValueError(f"run {point['run_id']} point {point['point']}: no dtype to model it by")
+    unit = parse_dtype(point["dtype"]).itemsize
+    seed = point.get("seed")
+    seed = None if seed is None or pd.isna(seed) else int(seed)
     traffic = generate(point["workload"], int(point["nranks"]), int(point["size_bytes"]),
                        seed=seed, unit=unit)  # fmt: skip
     return step_ends(fabric, *spreadout_steps(traffic))
