@@ -285,7 +285,7 @@ class Fabric:
         never less than one pair alone (``nic_quiet_us``): on the emulated 4x2, an 8 B
         exchange step across nodes took 55-60 us with all 8 ranks exchanging, 27-28 with
         the 4 node leaders, 24-26 with one pair (``python -m
-        commbench.benchmarks.exchanging_ranks``; model-validation.md, "HAN's leaders").
+        commbench.benchmarks.exchanging_ranks``; model-validation-history.md, "HAN's leaders").
         Where each rank has cores of its own the two latencies agree and this is
         ``nic_us``.
         """

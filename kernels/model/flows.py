@@ -28,7 +28,7 @@ nodes is capped by ``exchange_GBps`` while its reverse flows too, one inside a n
 (:meth:`Fabric.cap_GBps` at the flows each sending NIC carries and their bytes). Incast
 does not arise: a rank receives one flow at a time.
 
-Measured on the emulated cluster (docs/model-validation.md, "A NIC sends its flows in
+Measured on the emulated cluster (docs/model-validation-history.md, "A NIC sends its flows in
 turn"): in a spread-out on the skewed trace the flows into the busiest receivers ran at
 the NIC's full rate while their senders' next flows waited, and a sender left its first
 step 20-44 ms into a 400-800 KiB flow; the 4 MiB ``release`` point of ``commbench

@@ -20,7 +20,7 @@ samples late, and the share of rounds with a late rank. On the emulated 4x2 at 1
 rank the fan-out patterns read alike (ascending 0.23-0.31 of samples late, from the
 rank's next 0.22-0.29, ``flows`` 0.26-0.34), and an incast's chance rises steeply with
 its length (six senders of 32, 64 and 128 KiB: 0.02-0.11, 0.04-0.33, 0.82-0.96 of
-rounds; docs/model-validation.md, "Fan-out's shortfall on the shallow queue").
+rounds; docs/model-validation-history.md, "Fan-out's shortfall on the shallow queue").
 
     python -m commbench.benchmarks.barrier_loss [--nodes 4] [--ranks-per-node 2]
         [--bytes 1M] [--rounds 30] [--trials 2]

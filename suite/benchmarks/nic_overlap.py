@@ -16,7 +16,7 @@ same code) for the model's flow-level spread-out (docs/cost-model.md), this at s
 
 * **train**: rank 0 sends M to k ranks of node 1 in turn (k = 2 .. ``--train``), each
   ``Send`` as soon as the last returned: when each send returned and each message
-  arrived (docs/model-validation.md, "What a NIC has queued goes first"; the model has
+  arrived (docs/model-validation-history.md, "What a NIC has queued goes first"; the model has
   since taken a NIC's flows in turn, "A NIC sends its flows in turn": in a running
   spread-out senders leave later than these sends return, and their next flow waits).
 

@@ -9,7 +9,7 @@ many calls had one, their excess and the nodes they fell on
     python -m commbench.benchmarks.stalls fast.jsonl [more.jsonl ...] --over-ms 15
 
 On the emulated 4x2 FAST's stages showed such stalls in about a quarter of its calls and
-fan-out (one step) none (docs/model-validation.md, item 3 of q20).
+fan-out (one step) none (docs/model-validation-history.md, item 3 of q20).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ machine's clock: the emulated cluster's), and under each the model's
 (:func:`commbench.kernels.model.flows.step_ends` on the point's traffic, every rank
 starting at 0, no timeouts). Where a sender leaves a step and how long the flows into
 its receivers take is what the model of a TCP fabric's early release rests on
-(docs/model-validation.md, "A NIC sends its flows in turn").
+(docs/model-validation-history.md, "A NIC sends its flows in turn").
 """
 
 from __future__ import annotations

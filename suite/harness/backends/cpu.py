@@ -90,7 +90,7 @@ class CpuTransport:
         for this rank's own send then waits behind that data, so the two directions of an
         exchange run one after the other. Posted sends-first, the request reaches the
         partner ahead of the ACK. On the emulated 8x1 cluster: recursive doubling at
-        1 MiB 375-401 ms receives first, 302-336 ms sends first (docs/model-validation.md)."""
+        1 MiB 375-401 ms receives first, 302-336 ms sends first (docs/model-validation-history.md)."""
         comm = self.topo.group(group)
         reqs = [comm.Isend(_bytes(buf), dest=peer, tag=0) for peer, buf in sends]
         reqs += [comm.Irecv(_bytes(buf), source=peer, tag=0) for peer, buf in recvs]
