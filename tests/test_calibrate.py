@@ -322,6 +322,8 @@ def test_calibrate_under_mpiexec_writes_profile_and_points(tmp_path):
     assert prof.fabric.put_us is not None and prof.fabric.put_us >= 0
     assert (df["time_us"] >= 0).all() and (df[df["kind"] != "release"]["time_us"] > 0).all()
     assert (df["passes_us"].map(len) == 2).all()  # each point the median of its passes
+    # the ring's steps carry a message (an empty one is cheaper inside a node)
+    assert set(df[df["kind"] == "ring"]["bytes"]) == {cal.RING_MESSAGE_BYTES}
     for kind in ("allnics", "flows"):  # at --bytes and at each --fabric-bytes
         assert set(df[df["kind"] == kind]["bytes"]) == {32 << 10, 64 << 10, 256 << 10}
     # each flows point keeps every rank's time in every round of every pass

@@ -675,8 +675,8 @@ def ring(n: int, nodes: int, fabric: Fabric, *, after_rest: bool = False) -> Pre
     behind its NIC) a small message's delay moves around the ring instead of every step
     paying the slowest link. Each sending NIC keeps its token bucket from step to step,
     and a call finds it as the timed loop's previous call left it (:func:`_repeated`).
-    Where calibrate measured a ring step (``ring_step_us``: calls of empty steps around
-    the ring) a step's fixed cost on every link is that, and a call starts
+    Where calibrate measured a ring step (``ring_step_us``: calls of steps of a small message
+    around the ring) a step's fixed cost on every link is that, and a call starts
     ``ring_call_us`` late; otherwise an empty round's posts and the link's latency.
     """
     _check(n, nodes, fabric)

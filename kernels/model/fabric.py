@@ -139,9 +139,9 @@ class Fabric:
     butterfly_step_us: float | None = None
     butterfly_call_us: float = 0.0
     #: a host-driven ring step's fixed cost (on either tier), as calibrate's calls of
-    #: empty steps around the ring measure it (None: an empty round's cost and the
-    #: link's latency, :func:`~commbench.kernels.model.allreduce.ring`'s default), and
-    #: what a call of them pays once
+    #: steps of a small message around the ring measure it (None: an empty round's cost
+    #: and the link's latency, :func:`~commbench.kernels.model.allreduce.ring`'s
+    #: default), and what a call of them pays once
     ring_step_us: float | None = None
     ring_call_us: float = 0.0
     #: the latency between nodes with one pair of ranks exchanging and the others

@@ -1,7 +1,9 @@
 """What a step's message and its reduction add to an empty step, ring and butterfly.
 
-calibrate prices a host-driven all-reduce's steps with empty ones (``ring_step_us``:
-calls of empty steps around the ring; ``butterfly_step_us``: chains of empty exchanges).
+calibrate prices a host-driven all-reduce's steps with bare ones (``ring_step_us``:
+calls of steps around the ring, empty until this probe showed a message costs the ring
+~10 us a step more on 4x2, now of a 32 B message; ``butterfly_step_us``: chains of
+empty exchanges).
 The algorithms' steps carry a message and, in their reducing half, a reduction. Here,
 after a barrier, every rank runs a call of the ring's 2(P-1) steps (to rank + 1, from
 rank - 1) or of recursive doubling's log2 P exchanges (with r XOR 2^k), bound once as

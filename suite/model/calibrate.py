@@ -113,14 +113,19 @@ Nothing is taken from the collectives the profile is used to predict. The points
     (139-152 us against a slope of 86-109): its partners shift, so each round waits on a
     chain of ranks, where a butterfly's pair waits only on itself.
 ``ring``
-    calls of k empty steps around the ring of all ranks (each a send to rank + 1 and a
-    receive from rank - 1, bound once and started together as the ring all-reduce's
-    steps are), every rank at once, each call after MPI's barrier, k = P - 1 and 2(P - 1)
-    (the ring's two halves and the whole): the slowest rank's call, as ``chain``'s. Its
-    slope is what a ring step costs above its bytes: a message within the eager limit
-    leaves as its step starts, so a step waits on the left neighbour's post and one
-    latency, not on an empty exchange round (on the emulated 4x2 and 8x1 the ring at 256 B
-    and 4 KiB ran 44-70 us a step where a round and a latency make 79-95).
+    calls of k steps around the ring of all ranks (each a send of a
+    :data:`RING_MESSAGE_BYTES` message to rank + 1 and a receive from rank - 1, bound once
+    and started together as the ring all-reduce's steps are), every rank at once, each
+    call after MPI's barrier, k = P - 1 and 2(P - 1) (the ring's two halves and the
+    whole): the slowest rank's call, as ``chain``'s. Its slope is what a ring step costs
+    above its bytes: a message within the eager limit leaves as its step starts, so a
+    step waits on the left neighbour's post and one latency, not on an empty exchange
+    round (on the emulated 4x2 and 8x1 the ring at 256 B and 4 KiB ran 44-70 us a step
+    where a round and a latency make 79-95). Its steps carry a message because an empty
+    one is cheaper where the ring's hop stays inside a node: Open MPI's shared-memory
+    transport, one way at a time, charges a message ~10 us more than an empty step on the
+    emulated 4x2 (``python -m commbench.benchmarks.step_content``; between nodes, and in
+    an exchange, the two cost the same).
 ``put``
     one step of NVRAR's inter-node recursive doubling on one LL8 cell (8 B): every rank
     packs the cell with the call's flag, puts it into the MPI RMA window (passive target,
@@ -173,6 +178,9 @@ from commbench.errors import UsageError
 
 #: messages posted per burst in the ``post`` points
 POST_COUNTS = (1, 16, 64)
+#: what each step of the ``ring`` point sends: the ring all-reduce's message on 8 ranks
+#: at 256 B, within every eager limit (an empty step costs less: :func:`_ring_calls`)
+RING_MESSAGE_BYTES = 32
 #: idle before each ``burst`` round: refills a shaped NIC's token bucket (at 100 Mbit/s
 #: one of 1 MB refills in 80 ms)
 BURST_IDLE_S = 0.1
@@ -598,13 +606,14 @@ def _chain_calls(comm, g: int, steps: int, calls: int) -> float:
 
 
 def _ring_calls(comm, steps: int, calls: int) -> float:
-    """Seconds of a call of ``steps`` empty steps around the ring (each a send to rank + 1
-    and a receive from rank - 1, bound once and started together, :func:`_calls`).
-    Collective."""
+    """Seconds of a call of ``steps`` steps around the ring (each a
+    :data:`RING_MESSAGE_BYTES` send to rank + 1 and a receive from rank - 1, bound once
+    and started together, :func:`_calls`). Collective."""
     p, r = comm.size, comm.rank
-    empty = np.zeros(1, dtype=np.uint8)[:0]
-    plans = [_persistent(comm, [((r + 1) % p, empty)], [((r - 1) % p, empty)], tag=12)
-             for _ in range(steps)]  # fmt: skip
+    send = np.ones((steps, RING_MESSAGE_BYTES), np.uint8)
+    recv = np.empty((steps, RING_MESSAGE_BYTES), np.uint8)
+    plans = [_persistent(comm, [((r + 1) % p, send[k])], [((r - 1) % p, recv[k])], tag=12)
+             for k in range(steps)]  # fmt: skip
     return _calls(comm, plans, calls)
 
 
@@ -1164,7 +1173,7 @@ def _measure_pass(comm, gpus_per_node: int, opts: dict) -> list[dict]:
         for k in (steps, 2 * steps):
             add("chain", "scaleout", k, 0, _chain_calls(comm, g, k, rounds), rounds)
         for k in (p - 1, 2 * (p - 1)):
-            add("ring", "scaleout", k, 0, _ring_calls(comm, k, rounds), rounds)
+            add("ring", "scaleout", k, RING_MESSAGE_BYTES, _ring_calls(comm, k, rounds), rounds)
         for n in POST_COUNTS:
             add("post", "scaleout", n, 8 * n, _posts(comm, 0, g, n, reps * 2), reps * 2)
         secs = put_rounds(comm, g, opts["dtype"], reps, 5)
@@ -1375,7 +1384,12 @@ def fit(
     )
     for kind, name, calls in (
         ("chain", "butterfly", "empty exchanges with butterfly partners across nodes"),
-        ("ring", "ring", "empty steps around the ring of all ranks (to rank + 1, from rank - 1)"),
+        (
+            "ring",
+            "ring",
+            f"steps of a {RING_MESSAGE_BYTES} B message around the ring of all ranks "
+            "(to rank + 1, from rank - 1)",
+        ),
     ):
         line = sorted((q["peers"], q["time_us"]) for q in points if q["kind"] == kind)
         if len(line) > 1 and line[-1][0] > line[0][0]:  # calibrations before it have none
@@ -1757,7 +1771,7 @@ def add_arguments(p) -> None:
     p.add_argument("--scaleout", default=None, help="the scale-out fabric's name in the profile")
     p.add_argument("--update", default=None, metavar="PROFILE.toml",
                    help="measure only a step's fixed costs (the 8 B ping-pongs, the posting "
-                   "cost, the empty stage round, the butterfly chains, the ring's empty steps, the "
+                   "cost, the empty stage round, the butterfly chains, the ring's steps, the "
                    "put step) and "
                    "write PROFILE, a "
                    "calibrated one, with those fitted again and every other constant kept "
