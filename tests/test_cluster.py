@@ -281,7 +281,9 @@ _CONGESTION_PROBE = """
 import socket, sys
 role, me, peer = sys.argv[1:4]
 if role == "server":
-    s = socket.socket(); s.bind((me, 5099)); s.listen(); s.settimeout(20)
+    s = socket.socket()  # the port again, whichever end's close left it in TIME_WAIT
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((me, 5099)); s.listen(); s.settimeout(20)
     print("ready", flush=True)
     conn, _ = s.accept()
 else:
