@@ -991,11 +991,13 @@ def render_all(
     reference: pd.DataFrame | None = None,
     rates: Mapping[str, float] | None = None,
 ) -> list[Rendered]:
-    """Every figure 1–8 from the given results (PNG + SVG into ``out_dir`` when given)."""
+    """Every figure 1–8 from the given results (PNG + SVG into ``out_dir`` when given);
+    points recorded with ``--timeline`` only in figure 8 (:func:`timeline.untraced`)."""
     ref = _reference(reference)
+    timed = timeline.untraced(points)
     done = []
     for spec in FIGURES:
-        data = schedules if spec.input == "schedules" else points
+        data = schedules if spec.input == "schedules" else points if spec.number == 8 else timed
         kwargs = {"reference": ref, "rates": rates}
         fig = spec.function(data, None, **{k: kwargs[k] for k in spec.options})
         paths = save(fig, out_dir, spec.name)

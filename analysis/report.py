@@ -40,7 +40,7 @@ from commbench.analysis.tables import (
     overhead_table,
     speedup_table,
 )
-from commbench.analysis.timeline import KIND_COLORS, load_timeline, timeline_breakdown
+from commbench.analysis.timeline import KIND_COLORS, load_timeline, timeline_breakdown, untraced
 
 FORMATS = ("html", "md")
 
@@ -533,7 +533,7 @@ def write_report(
             f"{nwrong} wrong element(s) reported by correctness checks: see the #wrong column of the runs."
         )
     sections = _sections(points, ref, known)
-    card = _scorecard_section(points, schedules, ref)
+    card = _scorecard_section(untraced(points), schedules, ref)
     inputs = _inputs_table(points, schedules, files)
     out.parent.mkdir(parents=True, exist_ok=True)
     common = {

@@ -52,6 +52,16 @@ MAX_POINTS = 6
 EMPTY_GID = "commbench-empty"  # what figures.empty_message looks for
 
 
+def untraced(points: pd.DataFrame) -> pd.DataFrame:
+    """The points not recorded span by span (``run --timeline``). A traced point's calls
+    are timed from Python and pay the spans' recording, so the figures that compare
+    times (1-7) and the scorecard leave them out; figure 8 and the tables show them."""
+    if "timeline_file" not in points.columns:
+        return points
+    traced = points["timeline_file"].map(lambda n: isinstance(n, str) and bool(n))
+    return points.loc[~traced.astype(bool)]
+
+
 def load_timeline(points: pd.DataFrame) -> pd.DataFrame:
     """Every span of the given points (the side files their records name, next to the
     results file), with :data:`POINT_KEYS` copied from the point; empty when none has a

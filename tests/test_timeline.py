@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from commbench.analysis import load_all
-from commbench.analysis.figures import empty_message
+from commbench.analysis.figures import empty_message, render_all
 from commbench.analysis.report import write_report
 from commbench.analysis.timeline import (
     direction_table,
@@ -21,6 +21,7 @@ from commbench.analysis.timeline import (
     rank_step_ends,
     stall_table,
     timeline_breakdown,
+    untraced,
     wait_stalls,
 )
 from commbench.harness.results import RecordWriter
@@ -258,6 +259,19 @@ def test_report_draws_the_timeline(latency, driver_runs, tmp_path):
     assert "Where the time goes (--timeline)" in page
     assert page.count("data:image/png;base64,") == 8
     assert "<td>nvrar</td>" in page and "collective (µs)" in page
+
+
+def test_traced_points_are_drawn_only_in_figure_8(latency):
+    """A traced point's calls pay the spans' recording: figures 1-7 compare times
+    without it, figure 8 draws it."""
+    points, _, _ = latency
+    plain = points.assign(timeline_file=None)
+    assert untraced(points).empty and len(untraced(pd.concat([points, plain]))) == len(plain)
+
+    def drawn(pts: pd.DataFrame) -> set[int]:
+        return {r.spec.number for r in render_all(pts, pd.DataFrame()) if r.empty is None}
+
+    assert drawn(points) == {8} and {5, 6} <= drawn(plain) and 8 not in drawn(plain)
 
 
 def test_recorder_tiles_a_call_and_is_off_by_default():

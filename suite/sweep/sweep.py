@@ -48,12 +48,16 @@ ZIPF_SWEEP = "zipf:" + ",".join(str(s) for s in SKEWS)
 #: its points, so the other algorithms are left to `commbench run`).
 _BLOCKS = ("-b", "256K", "-e", "1M", "-f", "4", "-n", "5", "-w", "1", "--inplace", "both")
 _LIBRARIES = ("mpi", "nccl", "rccl")
+#: A point recorded span by span: calls after a barrier, as figure 8 draws them.
+_TIMELINE = ("-n", "5", "-w", "2", "--timing", "latency", "--timeline")
 
 #: What `make run` measures: the NVRAR paper's all-reduce range in bf16, all-to-allv on
 #: balanced traffic over sizes and at every skew of SKEWS at two sizes (figure 2's skew
-#: panels get a curve per implementation), and a small sweep of each of all-gather,
-#: reduce-scatter and broadcast. One launch per implementation and workload list: about 3
-#: minutes on 2 cores, plus about 70 s the first time (FAST's numba core).
+#: panels get a curve per implementation), a small sweep of each of all-gather,
+#: reduce-scatter and broadcast, and one point each of the two new collectives with
+#: ``--timeline`` (figure 8: where a call's time goes, per rank; ~10 s each). One launch
+#: per implementation and workload list: about 3 minutes on 2 cores, plus about 70 s the
+#: first time (FAST's numba core).
 LOCAL_SWEEP = (
     SweepItem("allreduce", ("-d", "bf16", "-b", "64K", "-e", "2M", "-n", "10", "-w", "2")),
     SweepItem("alltoallv", ("-b", "64K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"), ("uniform",)),
@@ -61,6 +65,8 @@ LOCAL_SWEEP = (
     SweepItem("allgather", _BLOCKS, impls=("ring", *_LIBRARIES)),
     SweepItem("reducescatter", _BLOCKS, impls=("ring", *_LIBRARIES)),
     SweepItem("broadcast", _BLOCKS, impls=("tree", *_LIBRARIES)),
+    SweepItem("allreduce", ("-d", "bf16", "-b", "1K", "-e", "1K", *_TIMELINE), impls=("nvrar",)),
+    SweepItem("alltoallv", ("-b", "256K", "-e", "256K", *_TIMELINE), ("zipf:0.8",), ("fast",)),
 )  # fmt: skip
 
 
