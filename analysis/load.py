@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.analysis.records import read_jsonl
+from commbench.analysis.records import SIDE_LINK, read_jsonl, side_key
 
 #: the papers' numbers shipped with commbench (the repository's ``results/reference``)
 REFERENCE_DIR = Path(str(files("commbench.analysis.reference")))
@@ -84,6 +84,7 @@ POINT_TIMES = ("time_us_min", "time_us_avg", "time_us_max")
 # Defaults for fields a point record may lack (older or hand-written files).
 POINT_DEFAULTS: dict[str, object] = {
     "run_id": None,
+    "launch_id": None,
     "timestamp": None,
     "git_sha": None,
     "system": "unknown",
@@ -544,14 +545,14 @@ def load_raw_samples(points: pd.DataFrame) -> list[list | None]:
     for i, row in enumerate(points.itertuples(index=False)):
         raw_file, source = getattr(row, "raw_file", None), row.source_file
         if isinstance(raw_file, str) and raw_file and isinstance(source, str):
-            key = _raw_key(row.run_id, getattr(row, "point", None), row.inplace)
+            key = point_side_key(row)
             wanted.setdefault(Path(source).parent / raw_file, []).append((i, key))
     out: list[list | None] = [None] * len(points)
     for path, rows in wanted.items():
         if not path.is_file():
             continue
         found = {
-            _raw_key(raw.get("run_id"), raw.get("point"), raw.get("inplace")): raw.get("samples_us")
+            side_key(*(raw.get(k) for k in SIDE_LINK)): raw.get("samples_us")
             for _, raw in read_jsonl(path, on_torn_tail=lambda where: None)
         }
         for i, key in rows:
@@ -559,8 +560,7 @@ def load_raw_samples(points: pd.DataFrame) -> list[list | None]:
     return out
 
 
-def _raw_key(run_id, point, inplace) -> tuple:
-    """What links a record to its raw line (``inplace`` absent = out of place)."""
-    point = None if point is None or pd.isna(point) else int(point)
-    inplace = False if inplace is None or pd.isna(inplace) else bool(inplace)
-    return (str(run_id), point, inplace)
+def point_side_key(row) -> tuple:
+    """The :data:`~commbench.analysis.records.SIDE_LINK` key of a point (an ``itertuples``
+    row), as :func:`~commbench.analysis.records.side_key` makes a side-file line's."""
+    return side_key(*(getattr(row, k, None) for k in SIDE_LINK))

@@ -36,6 +36,29 @@ KEY_FIELDS = (
 OPTIONAL_KEY_FIELDS = ("inplace", "root")
 
 
+#: What links a record to its lines in the raw and timeline side files: a job or a sweep
+#: gives all its launches one ``run_id``, each launch its own ``launch_id`` (absent in
+#: files written before it), and a launch numbers its points.
+SIDE_LINK = ("run_id", "launch_id", "point", "inplace")
+
+
+def side_key(run_id, launch_id, point, inplace) -> tuple:
+    """A record's or a side-file line's :data:`SIDE_LINK` values, alike on both sides
+    (absent or NaN: None; ``inplace`` absent: out of place)."""
+
+    def given(v):
+        if v is None:
+            return None
+        try:
+            return None if v != v else v  # NaN
+        except TypeError:  # pandas' NA
+            return None
+
+    point = given(point)
+    inplace = given(inplace)
+    return (str(run_id), given(launch_id), None if point is None else int(point), bool(inplace))
+
+
 def point_key(record: dict) -> str:
     values: list = [record.get(k) for k in KEY_FIELDS]
     values += [{k: record[k]} for k in OPTIONAL_KEY_FIELDS if record.get(k)]

@@ -325,7 +325,7 @@ def present_timeline(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()
     keys = ["system", "nodes", "gpus_per_node", "collective", "impl", "size_bytes",
-            "workload_key", "run_id", "point", "inplace"]  # fmt: skip
+            "workload_key", "run_id", "launch_id", "point", "inplace"]  # fmt: skip
     table = table.assign(
         inplace=table["inplace"].fillna(0).astype(int), kind=table["kind"] + " (µs)"
     )  # a kind's column must not meet the point's own ("collective")

@@ -30,13 +30,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from commbench.analysis.load import _raw_key
+from commbench.analysis.load import point_side_key
+from commbench.analysis.records import SIDE_LINK, side_key
 from commbench.analysis.style import binary_label, empty_figure, new_figure, save
 
 SPAN_COLUMNS = ("rank", "call", "step", "kind", "start_us", "end_us", "loop_start_us")
 #: Point columns copied onto every span (what a chart or table is grouped by).
 POINT_KEYS = ("system", "nodes", "gpus_per_node", "collective", "impl", "size_bytes",
-              "workload_key", "dtype", "run_id", "point", "inplace")  # fmt: skip
+              "workload_key", "dtype", *SIDE_LINK)  # fmt: skip
+#: A point's spans: one launch's point (``launch_id`` "" in files written before it).
+POINT = list(SIDE_LINK)
 #: Kind -> colour (the chart's legend order); ``other`` is the call's time outside spans.
 KIND_COLORS = {
     "post": "#1f77b4",
@@ -71,7 +74,7 @@ def load_timeline(points: pd.DataFrame) -> pd.DataFrame:
         for i, row in enumerate(points.itertuples(index=False)):
             name, source = getattr(row, "timeline_file", None), row.source_file
             if isinstance(name, str) and name and isinstance(source, str):
-                key = _raw_key(row.run_id, getattr(row, "point", None), row.inplace)
+                key = point_side_key(row)
                 wanted.setdefault(Path(source).parent / name, {})[key] = i
     frames = []
     for path, rows in wanted.items():
@@ -84,7 +87,7 @@ def load_timeline(points: pd.DataFrame) -> pd.DataFrame:
                     span = json.loads(line)
                 except ValueError:  # a torn tail
                     continue
-                i = rows.get(_raw_key(span.get("run_id"), span.get("point"), span.get("inplace")))
+                i = rows.get(side_key(*(span.get(k) for k in SIDE_LINK)))
                 if i is not None:
                     spans.append((i, *(span.get(c) for c in SPAN_COLUMNS)))
         if spans:
@@ -94,7 +97,14 @@ def load_timeline(points: pd.DataFrame) -> pd.DataFrame:
     spans = pd.concat(frames, ignore_index=True)
     keys = points.reset_index(drop=True).reindex(columns=list(POINT_KEYS))
     out = pd.concat([keys.iloc[spans["row"]].reset_index(drop=True), spans], axis=1)
-    return out.drop(columns="row")
+    return _linked(out.drop(columns="row"))
+
+
+def _linked(spans: pd.DataFrame) -> pd.DataFrame:
+    """``spans`` with a ``launch_id`` on every row ("" where none was recorded), so that
+    grouping by a point's :data:`POINT` keeps them (a NaN key is dropped)."""
+    ids = spans["launch_id"] if "launch_id" in spans.columns else pd.Series(None, spans.index)
+    return spans.assign(launch_id=ids.map(lambda v: v if isinstance(v, str) else ""))
 
 
 def timeline_breakdown(spans: pd.DataFrame) -> pd.DataFrame:
@@ -103,10 +113,9 @@ def timeline_breakdown(spans: pd.DataFrame) -> pd.DataFrame:
     cols = (*POINT_KEYS, "kind", "us_per_call", "share")
     if spans.empty:
         return pd.DataFrame(columns=cols)
-    s = spans.assign(us=spans["end_us"] - spans["start_us"])
-    group = ["run_id", "point", "inplace"]
+    s = _linked(spans).assign(us=spans["end_us"] - spans["start_us"])
     rows = []
-    for _, part in s.groupby(group, dropna=False, sort=False):
+    for _, part in s.groupby(POINT, dropna=False, sort=False):
         head = part.iloc[0]
         calls = part[part["kind"] == "call"]
         ncalls = max(len(calls), 1)  # rank-calls
@@ -137,8 +146,9 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     waits chunk by chunk) counts from its first post's start, its last post's end and
     its last wait's end. Needs ``loop_start_us`` (ranks that read one clock: one
     machine); steps without both kinds of span are left out."""
-    cols = ("run_id", "point", "inplace", "call", "step", "rank")
+    cols = (*POINT, "call", "step", "rank")
     out_cols = (*cols, "partner", "post_us", "late_us", "after_both_us", "direction_us", "step_us")
+    spans = _linked(spans)
     s = spans[spans["kind"].isin(("post", "wait")) & (spans["step"] >= 0)]
     s = s[s["step"] < len(distances)]
     if s.empty:
@@ -150,10 +160,11 @@ def exchange_lateness(spans: pd.DataFrame, distances: list[int]) -> pd.DataFrame
     key = list(cols)
     post = (
         s[s["kind"] == "post"]
-        .groupby(key, as_index=False)
+        .groupby(key, as_index=False, dropna=False)
         .agg(at_start=("at_start", "min"), at_end=("at_end", "max"))
     )
-    wait = s[s["kind"] == "wait"].groupby(key, as_index=False).agg(done=("at_end", "max"))
+    wait = s[s["kind"] == "wait"].groupby(key, as_index=False, dropna=False)
+    wait = wait.agg(done=("at_end", "max"))
     d = post.merge(wait, on=key)
     step_distance = np.asarray(distances, dtype=np.int64)[d["step"].to_numpy(dtype=np.int64)]
     d["partner"] = d["rank"].to_numpy(dtype=np.int64) ^ step_distance
@@ -177,8 +188,10 @@ def lateness_table(points: pd.DataFrame, spans: pd.DataFrame, distances: list[in
             "late_us", "after_both_us", "last_after_both_us")  # fmt: skip
     d = exchange_lateness(spans, distances)
     rows = []
-    for (run, point), part in d.groupby(["run_id", "point"], sort=False):
-        rec = points[(points["run_id"] == run) & (points["point"] == point)].iloc[0]
+    launch = _linked(points)["launch_id"]
+    for (run, launch_id, point), part in d.groupby(["run_id", "launch_id", "point"], sort=False):
+        rec = points[(points["run_id"] == run) & (launch == launch_id) & (points["point"] == point)]
+        rec = rec.iloc[0]
         waited, last = part[part["late_us"] > 0], part[part["late_us"] <= 0]
         rows.append((run, point, rec["impl"], int(rec["size_bytes"]), float(rec["time_us"]),
                      part["step_us"].median(), part["post_us"].median(),
@@ -214,10 +227,11 @@ def wait_stalls(spans: pd.DataFrame, over_us: float) -> pd.DataFrame:
     node) and ``excess_us``. One clock per rank suffices (no ``loop_start_us``)."""
     cols = ("run_id", "point", "impl", "size_bytes", "call", "step", "rank", "node",
             "excess_us")  # fmt: skip
+    spans = _linked(spans)
     w = spans[(spans["kind"] == "wait") & (spans["step"] >= 0)]
     if w.empty:
         return pd.DataFrame(columns=cols)
-    key = ["run_id", "point", "impl", "size_bytes", "gpus_per_node", "call", "step"]
+    key = ["run_id", "point", "impl", "size_bytes", "gpus_per_node", "call", "step", "launch_id"]
     per_rank = w.groupby([*key, "rank"]).agg(start=("start_us", "min"), end=("end_us", "max"))
     waited = (per_rank["end"] - per_rank["start"]).rename("wait_us").reset_index()
     rows = []
@@ -261,13 +275,14 @@ def rank_step_ends(spans: pd.DataFrame) -> pd.DataFrame:
     of a step on any rank. The ranks are lined up by ``loop_start_us``, one machine's
     clock (the emulated cluster's ranks; those of several machines do not line up)."""
     cols = ("run_id", "point", "impl", "size_bytes", "call", "rank", "step", "end_us")
-    s = spans[spans["step"] >= 0]
+    s = _linked(spans)
+    s = s[s["step"] >= 0]
     if s.empty:
         return pd.DataFrame(columns=cols)
     if s["loop_start_us"].isna().any():
         raise ValueError("spans without loop_start_us (written before it): the ranks cannot "
                          "be lined up; record them again with commbench run ... --timeline")  # fmt: skip
-    key = ["run_id", "point", "impl", "size_bytes", "call"]
+    key = ["run_id", "launch_id", "point", "impl", "size_bytes", "call"]
     t = s.assign(start=s["loop_start_us"] + s["start_us"], end=s["loop_start_us"] + s["end_us"])
     first = t.groupby(key)["start"].min().rename("first")
     ends = t.groupby([*key, "rank", "step"])["end"].max().reset_index().join(first, on=key)
@@ -301,7 +316,7 @@ def figure_8(points: pd.DataFrame, out_dir: str | Path | None = None):
         fig.axes[0].texts[0].set_gid(EMPTY_GID)
         save(fig, out_dir, name)
         return fig
-    groups = list(spans.groupby(["run_id", "point", "inplace"], dropna=False, sort=False))
+    groups = list(spans.groupby(POINT, dropna=False, sort=False))
     shown = groups[:MAX_POINTS]
     fig, axes = new_figure(
         ncols=1, nrows=len(shown), width=9.0, height=0.9 + 0.28 * spans["rank"].nunique()

@@ -11,6 +11,7 @@ import pytest
 
 from commbench.analysis import load_all
 from commbench.analysis.figures import empty_message, render_all
+from commbench.analysis.load import load_raw_samples
 from commbench.analysis.report import write_report
 from commbench.analysis.timeline import (
     direction_table,
@@ -26,6 +27,7 @@ from commbench.analysis.timeline import (
 )
 from commbench.harness.results import RecordWriter
 from commbench.kernels import timeline
+from tests.mpirun import run_mpi
 
 #: (collective, impl, extra args): library baselines (one span per call) and algorithms
 #: with steps, on 2 emulated nodes x 4 ranks; latency timing (one sample per call).
@@ -272,6 +274,23 @@ def test_traced_points_are_drawn_only_in_figure_8(latency):
         return {r.spec.number for r in render_all(pts, pd.DataFrame()) if r.empty is None}
 
     assert drawn(points) == {8} and {5, 6} <= drawn(plain) and 8 not in drawn(plain)
+
+
+def test_launches_of_one_run_id_keep_their_own_raw_samples_and_spans(tmp_path):
+    """A job or a sweep gives its launches one run id and each launch numbers its points
+    from 0: a record finds its raw line and spans by its launch, not another's."""
+    out = tmp_path / "r.jsonl"
+    for impl, calls in (("ring", "3"), ("recursive-doubling", "4")):
+        proc = run_mpi(2, ["-m", "commbench", "run", "allreduce", "--impl", impl, "-b", "1K",
+                           "-e", "1K", "-n", calls, "-w", "1", "--timing", "latency",
+                           "--timeline", "--out", str(out)],
+                       env={"COMMBENCH_RUN_ID": "job-1"}, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    points, _ = load_all(out)
+    assert set(points["run_id"]) == {"job-1"} and points["launch_id"].nunique() == 2
+    assert [len(s[0]) for s in load_raw_samples(points)] == [3, 4]  # ranks x calls
+    steps = load_timeline(points).groupby("impl")["step"].max()
+    assert steps.to_dict() == {"recursive-doubling": 0, "ring": 1}  # 1 and 2(P - 1) steps
 
 
 def test_recorder_tiles_a_call_and_is_off_by_default():

@@ -56,7 +56,9 @@ def report(points: pd.DataFrame, spans: pd.DataFrame, system: str | None,
     """The table of each spread-out point (see the module docstring)."""
     lines = []
     for _, point in points[points["impl"] == "spreadout"].iterrows():
-        mine = spans[(spans["run_id"] == point["run_id"]) & (spans["point"] == point["point"])]
+        launch = point["launch_id"] if isinstance(point["launch_id"], str) else ""
+        mine = spans[(spans["run_id"] == point["run_id"]) & (spans["launch_id"] == launch)
+                     & (spans["point"] == point["point"])]  # fmt: skip
         if mine.empty:
             continue
         n = median_call(mine) if call is None else call

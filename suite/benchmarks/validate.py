@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.analysis.intervals import slowest_mean_interval
+from commbench.analysis.records import SIDE_LINK, side_key
 from commbench.cluster import netns
 from commbench.cluster.launcher import measure_shm_GBps
 from commbench.cluster.plan import DEFAULT_TCP_CONGESTION, ClusterSpec
@@ -519,16 +520,22 @@ def late_samples(samples, timeout_us: float) -> tuple[float, float]:
     return float(late.mean()), float(late.any(axis=0).mean())
 
 
+def _side(line: dict) -> tuple:
+    """A record's or a raw line's link to the other (:data:`SIDE_LINK`)."""
+    return side_key(*(line.get(k) for k in SIDE_LINK))
+
+
 def raw_samples(measured: Path) -> dict[tuple, list]:
-    """``samples_us`` (ranks x calls) of each record of a ``measured-*.jsonl`` by ``(run
-    id, point)``, from the raw side file the harness wrote beside it (empty without one)."""
+    """``samples_us`` (ranks x calls) of each record of a ``measured-*.jsonl`` by its link
+    (:func:`_side`), from the raw side file the harness wrote beside it (empty without
+    one)."""
     raw = measured.with_name(measured.name[: -len(".jsonl")] + ".raw.jsonl")
     if not raw.exists():
         return {}
     samples = {}
     for line in raw.open():
         r = json.loads(line)
-        samples[r["run_id"], r["point"]] = r["samples_us"]
+        samples[_side(r)] = r["samples_us"]
     return samples
 
 
@@ -541,7 +548,7 @@ def reading_intervals(measured: Path) -> dict[tuple, list[float]]:
     launches: dict[tuple, list] = {}
     for line in measured.open() if samples else []:
         rec = json.loads(line)
-        got = samples.get((rec["run_id"], rec["point"]))
+        got = samples.get(_side(rec))
         if got is not None:
             launches.setdefault(_key(rec), []).append(got)
     out = {}
@@ -590,7 +597,7 @@ def late_report(folders: list[Path]) -> str:
             seen: dict[tuple, int] = {}
             for line in path.open():
                 rec = json.loads(line)
-                got = samples.get((rec["run_id"], rec["point"]))
+                got = samples.get(_side(rec))
                 if got is None:
                     continue
                 key = (rec.get("workload"), rec["size_bytes"], rec["impl"])

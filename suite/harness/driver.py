@@ -481,7 +481,9 @@ class Sweep:
         self.writer = results.RecordWriter(cfg.out if self.is_root else None)
         self._traffic = None  # rank 0: the point's traffic matrix (where the bytes went)
         watchdog.phase("sharing the run id and device list")
-        self.run_id = self.topo.world.bcast(results.new_run_id() if self.is_root else None)
+        launch = results.new_launch_id() if self.is_root else None
+        ids = (results.new_run_id(launch), launch) if self.is_root else None
+        self.run_id, self.launch_id = self.topo.world.bcast(ids)
         info = self.transport.describe()
         self.devices = self.topo.world.gather(
             (self.rank, self.topo.node, self.topo.local, os.getpid(), self.topo.hostname, info)
@@ -492,6 +494,7 @@ class Sweep:
         cfg, topo = self.cfg, self.topo
         return {
             "run_id": self.run_id,
+            "launch_id": self.launch_id,
             "git_sha": results.git_sha(),
             "system": cfg.system,
             "hostnames": sorted({d[4] for d in self.devices}),
@@ -767,7 +770,7 @@ class Sweep:
 
     def _timeline_rows(self, raw: dict, gathered: list[dict]) -> list[dict]:
         """One row per span of every rank (rank 0), keyed like the raw line."""
-        key = {k: raw[k] for k in ("run_id", "point", "size_bytes", "workload", "inplace")}
+        key = {k: raw[k] for k in (*records.SIDE_LINK, "size_bytes", "workload")}
         key.update(impl=self.cfg.impl, timing_mode=self.cfg.timing, launch=self.cfg.launch)
         return [
             {
@@ -887,6 +890,7 @@ class Sweep:
         )
         raw = {
             "run_id": self.run_id,
+            "launch_id": self.launch_id,
             "point": index,
             "size_bytes": size,
             "workload": workload,

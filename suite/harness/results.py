@@ -2,7 +2,7 @@
 
 Long format, read with ``pandas.read_json(path, lines=True)``. Per-rank per-iteration raw
 times go to a side file next to it (``<out>.raw.jsonl``), one line per point, linked by
-``run_id`` and ``point``. ``--resume`` skips points whose
+``run_id``, ``launch_id`` and ``point``. ``--resume`` skips points whose
 :func:`commbench.analysis.records.point_key` is already in
 the file.
 """
@@ -21,12 +21,16 @@ from pathlib import Path
 ENV_PREFIXES = ("NCCL_", "FI_", "NVSHMEM_", "MPICH_", "OMPI_", "UCX_", "HSA_", "RCCL_", "SLURM_JOB")
 
 
-def new_run_id() -> str:
-    """``COMMBENCH_RUN_ID`` if the job set it, else a timestamp and the process id."""
-    given = os.environ.get("COMMBENCH_RUN_ID")
-    if given:
-        return given
+def new_launch_id() -> str:
+    """A timestamp and the process id: one launch's own. A job or a sweep gives all its
+    launches one ``run_id``; ``launch_id`` tells their records apart, and links each to
+    its raw and timeline lines."""
     return _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid():x}"
+
+
+def new_run_id(launch_id: str | None = None) -> str:
+    """``COMMBENCH_RUN_ID`` if the job set it, else ``launch_id`` (a new one if None)."""
+    return os.environ.get("COMMBENCH_RUN_ID") or launch_id or new_launch_id()
 
 
 def timestamp() -> str:

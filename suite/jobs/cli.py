@@ -495,12 +495,14 @@ def run_import(args: argparse.Namespace) -> int:
         "binary": args.binary,
     }
     records = []
-    for name in args.files:
+    launch = results.new_launch_id()
+    for k, name in enumerate(args.files):  # each file a launch of its own
         path = Path(name)
         if not path.is_file():
             raise UsageError(f"{name}: no such file")
         text = path.read_text(encoding="utf-8", errors="replace")
-        records += external.parse_output(args.tool, text, str(path), context)
+        one = {**context, "launch_id": f"{launch}-{k}"}
+        records += external.parse_output(args.tool, text, str(path), one)
     writer = results.RecordWriter(args.out)
     writer.repair()
     for record in records:  # per-iteration times, where the tool kept them, to the side file

@@ -389,7 +389,8 @@ def parse_tests_document(text: str, path: str, context: Mapping, tool: str) -> l
             )  # fmt: skip
             rec.update(point=index, hostnames=hosts or None)
             if rec.get(RAW_KEY):
-                rec[RAW_KEY].update(run_id=ctx["run_id"], point=index, size_bytes=size)
+                rec[RAW_KEY].update(run_id=ctx["run_id"], launch_id=ctx.get("launch_id"),
+                                    point=index, size_bytes=size)  # fmt: skip
             out.append(rec)
     return out
 
