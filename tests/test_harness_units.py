@@ -169,3 +169,13 @@ def test_cpu_transport_posts_sends_before_receives() -> None:
         log.posts.clear()
         post()
         assert log.posts == ["send 1", "recv 2"], name
+
+
+def test_each_launch_has_its_own_id_and_a_job_shares_its_run_id(monkeypatch):
+    from commbench.harness import results
+
+    monkeypatch.delenv("COMMBENCH_RUN_ID", raising=False)
+    ids = [results.new_launch_id() for _ in range(3)]  # one process, one second
+    assert len(set(ids)) == 3 and results.new_run_id(ids[0]) == ids[0]
+    monkeypatch.setenv("COMMBENCH_RUN_ID", "job-7")
+    assert results.new_run_id(ids[1]) == "job-7"

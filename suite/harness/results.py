@@ -10,6 +10,7 @@ the file.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import os
 import platform
@@ -21,11 +22,17 @@ from pathlib import Path
 ENV_PREFIXES = ("NCCL_", "FI_", "NVSHMEM_", "MPICH_", "OMPI_", "UCX_", "HSA_", "RCCL_", "SLURM_JOB")
 
 
+_LAUNCHES = itertools.count()
+
+
 def new_launch_id() -> str:
-    """A timestamp and the process id: one launch's own. A job or a sweep gives all its
-    launches one ``run_id``; ``launch_id`` tells their records apart, and links each to
-    its raw and timeline lines."""
-    return _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid():x}"
+    """A timestamp and the process id (and, from a process's second launch on, its
+    count): one launch's own. A job or a sweep gives all its launches one ``run_id``;
+    ``launch_id`` tells their records apart, and links each to its raw and timeline
+    lines."""
+    n = next(_LAUNCHES)
+    own = _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid():x}"
+    return f"{own}.{n}" if n else own
 
 
 def new_run_id(launch_id: str | None = None) -> str:
